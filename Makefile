@@ -1,0 +1,49 @@
+# outbox_pg — PGXS build
+#
+#   make && make install        build and install the extension
+#   make installcheck           pg_regress, isolation specs and TAP tests on a
+#                               private temporary instance (run as a non-root
+#                               user; test/run does all of it from scratch)
+#   make bench                  benchmarks (see test/bench/README)
+
+MODULE_big = outbox_pg
+OBJS = \
+	src/outbox_pg.o \
+	src/guc.o \
+	src/config.o \
+	src/validate.o \
+	src/emit.o \
+	src/inbox.o
+
+EXTENSION = outbox_pg
+DATA = $(wildcard sql/outbox_pg--*.sql)
+PGFILEDESC = "outbox_pg - transactional outbox with an in-server relay"
+
+SHLIB_LINK += $(shell curl-config --libs)
+PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
+PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
+
+REGRESS = setup emit emit_errors routes inbox privileges
+REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
+ISOLATION = claim_concurrent lease_skip_locked
+ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
+TAP_TESTS = 1
+PROVE_TESTS = $(wildcard $(srcdir)/test/t/*.pl)
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+.PHONY: bench
+bench:
+	$(srcdir)/test/bench/run
+
+# The three suites one by one, so that a failure in one does not hide the
+# others (test/run calls these and counts the results).
+.PHONY: check-regress check-isolation check-tap
+check-regress: submake $(REGRESS_PREP)
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+check-isolation: submake
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
+check-tap:
+	$(prove_installcheck)

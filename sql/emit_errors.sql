@@ -1,0 +1,75 @@
+--
+-- emit_errors: every bad input is refused with a clear message and SQLSTATE,
+-- and leaves no row behind
+--
+SELECT count(*) AS before FROM outbox.events \gset
+
+-- type
+SELECT try($$SELECT outbox.emit(NULL, '1', '{}')$$);
+SELECT try($$SELECT outbox.emit('', '1', '{}')$$);
+SELECT try($$SELECT outbox.emit(repeat('t', 256), '1', '{}')$$);
+SELECT try($$SELECT outbox.emit(E'payment\r\ncreated', '1', '{}')$$);
+
+-- aggregate id and type
+SELECT try($$SELECT outbox.emit('payment.created', '', '{}')$$);
+SELECT try($$SELECT outbox.emit('payment.created', repeat('a', 1025), '{}')$$);
+SELECT try($$SELECT outbox.emit('payment.created', E'a\nb', '{}')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', aggregate_type => '')$$);
+
+-- payload
+SELECT try($$SELECT outbox.emit('payment.created', '1', NULL)$$);
+SET outbox.max_payload_size = '2kB';
+SELECT try($$SELECT outbox.emit('payment.created', '1',
+                   jsonb_build_object('blob', repeat('x', 3000)))$$);
+-- a large payload that compresses well is measured by its real size
+SELECT try($$SELECT outbox.emit('payment.created', '1',
+                   (SELECT jsonb_build_object('blob', repeat('x', 100000))))$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1',
+                   jsonb_build_object('blob', repeat('x', 1000)))$$);
+RESET outbox.max_payload_size;
+-- the cap is a superuser setting
+CREATE ROLE regress_outbox_plain;
+SET ROLE regress_outbox_plain;
+SELECT try($$SET outbox.max_payload_size = '1GB'$$);
+RESET ROLE;
+DROP ROLE regress_outbox_plain;
+
+-- destination
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', destination => 'nowhere')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', destination => '')$$);
+
+-- headers
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', headers => '[1, 2]')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', headers => '"x"')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', headers => '{"X-Num": 1}')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', headers => '{"bad name": "v"}')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', headers => '{"X-Evil": "a\r\nHost: evil"}')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', headers => '{"Content-Length": "5"}')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', headers => '{"ce-id": "forged"}')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', headers => '{"Webhook-Signature": "v1,x"}')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}',
+                   headers => (SELECT jsonb_object_agg('x-h' || g, 'v') FROM generate_series(1, 65) g))$$);
+
+-- traceparent
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', traceparent => 'garbage')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}',
+                   traceparent => '00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}',
+                   traceparent => '00-00000000000000000000000000000000-b7ad6b7169203331-01')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}',
+                   traceparent => '00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}',
+                   traceparent => 'ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}',
+                   traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra')$$);
+SELECT try($$SET outbox.traceparent = 'not-a-traceparent'$$);
+-- a future version may carry more fields
+SELECT try($$SELECT outbox.emit('payment.created', 'future', '{}',
+                   traceparent => '01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra')$$);
+
+-- not_before
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', not_before => 'infinity')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', not_before => '-infinity')$$);
+
+-- only the two valid calls above left rows
+SELECT count(*) - :before AS new_rows FROM outbox.events;

@@ -1,0 +1,62 @@
+--
+-- inbox: claim() is true the first time only, and rolls back with the caller
+--
+SELECT inbox.claim('m-1') AS first;
+SELECT inbox.claim('m-1') AS duplicate;
+SELECT inbox.claim('m-1', 'billing') AS other_consumer;
+
+-- a rolled-back claim is no claim
+BEGIN;
+SELECT inbox.claim('m-2') AS claimed;
+ROLLBACK;
+SELECT inbox.claim('m-2') AS after_rollback;
+
+-- the claim and the business write commit or vanish together
+CREATE TABLE ledger (message_id text PRIMARY KEY, amount numeric NOT NULL);
+CREATE FUNCTION apply_payment(mid text, amount numeric) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT inbox.claim(mid, 'ledger') THEN
+        RETURN false;
+    END IF;
+    IF amount < 0 THEN
+        RAISE EXCEPTION 'negative amount';
+    END IF;
+    INSERT INTO ledger VALUES (mid, amount);
+    RETURN true;
+END
+$$;
+SELECT apply_payment('p-1', 10) AS applied;
+SELECT apply_payment('p-1', 10) AS applied_again;
+SELECT try($$SELECT apply_payment('p-2', -5)$$);
+SELECT apply_payment('p-2', 5) AS applied_after_failure;
+SELECT * FROM ledger ORDER BY 1;
+
+-- retention: explicit ttl, server default, and the session setting
+SELECT inbox.claim('m-3', ttl => '30 days') AS claimed;
+SELECT inbox.claim('m-4') AS claimed;
+SET outbox.claim_retention = '2d';
+SELECT inbox.claim('m-5') AS claimed;
+RESET outbox.claim_retention;
+SELECT message_id, expires_at - claimed_at AS retention
+  FROM inbox.claims WHERE message_id IN ('m-3', 'm-4', 'm-5') ORDER BY 1;
+
+-- bad input
+SELECT try($$SELECT inbox.claim(NULL)$$);
+SELECT try($$SELECT inbox.claim('')$$);
+SELECT try($$SELECT inbox.claim(repeat('m', 1025))$$);
+SELECT try($$SELECT inbox.claim('m-9', NULL)$$);
+SELECT try($$SELECT inbox.claim('m-9', '')$$);
+SELECT try($$SELECT inbox.claim('m-9', ttl => '0')$$);
+SELECT try($$SELECT inbox.claim('m-9', ttl => '-1 day')$$);
+SELECT try($$SELECT inbox.claim('m-9', ttl => '11 years')$$);
+SELECT try($$SELECT inbox.claim('m-9', ttl => '1 hour')$$);
+SELECT try($$SET outbox.claim_retention = 0$$);
+SET outbox.claim_retention = '1h';
+SELECT try($$SELECT inbox.claim('m-9')$$);
+RESET outbox.claim_retention;
+-- below the floor is allowed once the floor is lowered deliberately
+SET outbox.redelivery_window = '10min';
+SELECT inbox.claim('m-9', ttl => '1 hour') AS claimed;
+RESET outbox.redelivery_window;
+SELECT count(*) AS claims FROM inbox.claims WHERE message_id = 'm-9';

@@ -1,0 +1,39 @@
+--
+-- setup: install the extension and check what it owns
+--
+CREATE EXTENSION outbox_pg;
+
+-- the schemas, tables and functions are extension members
+SELECT pg_catalog.pg_describe_object(classid, objid, 0) AS member
+  FROM pg_depend
+ WHERE refclassid = 'pg_extension'::regclass
+   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox_pg')
+   AND deptype = 'e'
+ ORDER BY 1;
+
+-- configuration tables are dumped by pg_dump
+SELECT unnest(extconfig)::regclass AS dumped, unnest(extcondition) AS condition
+  FROM pg_extension WHERE extname = 'outbox_pg' ORDER BY 1;
+
+-- nothing is granted to PUBLIC
+SELECT p.oid::regprocedure AS function, p.proacl IS NOT NULL AS has_acl,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute,
+       p.prosecdef AS security_definer
+  FROM pg_proc p
+ WHERE p.pronamespace IN ('outbox'::regnamespace, 'inbox'::regnamespace)
+ ORDER BY 1::text;
+
+-- DROP EXTENSION removes everything, CREATE brings it back
+DROP EXTENSION outbox_pg;
+SELECT count(*) AS leftover_schemas FROM pg_namespace WHERE nspname IN ('outbox', 'inbox');
+CREATE EXTENSION outbox_pg;
+
+-- a helper for the error tests: run a statement, report SQLSTATE and message
+CREATE FUNCTION try(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE stmt;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;

@@ -1,0 +1,384 @@
+/*-------------------------------------------------------------------------
+ *
+ * config.c
+ *		  Per-backend cache of the outbox tables and the routing configuration.
+ *
+ * outbox.emit() must cost about as much as a plain INSERT, so it cannot
+ * look up its tables by name or scan outbox.routes on every call.  This
+ * file keeps, per backend, the OIDs of the extension's tables, the sorted
+ * list of destination names and the routes in match order.
+ *
+ * Cache invalidation: DML does not send relcache invalidations by itself,
+ * so outbox.destinations and outbox.routes carry a statement-level trigger
+ * (outbox._config_changed) that sends one for the modified table.  The
+ * message is transactional: other backends see it once the change commits,
+ * the modifying backend at its next command.  Our relcache callback marks
+ * the cache stale when it hears about any of our tables (or a full reset);
+ * DROP EXTENSION and re-creation are covered the same way, since dropping
+ * a table invalidates its relcache entry.  A generation counter makes a
+ * reload that raced with an invalidation count as stale.
+ *
+ * Routing: a route maps an event-type pattern to a destination.  Patterns
+ * are literal text where '*' matches any run of characters (dots
+ * included).  Routes are tried by ascending priority, then longest pattern
+ * first, then by pattern text; the first match wins.  An event whose type
+ * matches nothing is stored without a destination and reported as
+ * unrouted; it is never dropped.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/config.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
+#include "commands/trigger.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "outbox_pg.h"
+
+typedef struct OutboxRoute
+{
+	char	   *pattern;
+	char	   *destination;
+	int			priority;
+} OutboxRoute;
+
+static MemoryContext config_context = NULL;
+static OutboxConfig config;
+static bool config_valid = false;
+static uint64 config_generation = 0;
+
+const char *const OutboxEventColumnNames[EV_NATTS + 1] = {
+	NULL,
+	"id",
+	"type",
+	"aggregate_type",
+	"aggregate_id",
+	"payload",
+	"headers",
+	"traceparent",
+	"destination",
+	"status",
+	"attempts",
+	"next_attempt_at",
+	"created_at",
+	"published_at",
+	"last_status",
+	"last_error"
+};
+
+static OutboxRoute *routes = NULL;
+static int	nroutes = 0;
+static char **destination_names = NULL;
+static int	ndestinations = 0;
+
+PG_FUNCTION_INFO_V1(outbox_config_changed);
+PG_FUNCTION_INFO_V1(outbox_route);
+
+static void
+config_invalidate_callback(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) ||
+		relid == config.events_relid ||
+		relid == config.destinations_relid ||
+		relid == config.routes_relid)
+	{
+		config_valid = false;
+		config_generation++;
+	}
+}
+
+void
+OutboxConfigInit(void)
+{
+	CacheRegisterRelcacheCallback(config_invalidate_callback, (Datum) 0);
+}
+
+static Oid
+config_relid(Oid nspid, const char *relname)
+{
+	Oid			relid = get_relname_relid(relname, nspid);
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s.%s\" does not exist", OUTBOX_SCHEMA, relname),
+				 errhint("Run CREATE EXTENSION outbox_pg in this database.")));
+	return relid;
+}
+
+static AttrNumber
+config_attnum(Relation rel, const char *attname)
+{
+	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
+
+	if (attnum == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("column \"%s\" of table \"%s\" does not exist",
+						attname, RelationGetRelationName(rel)),
+				 errhint("The outbox_pg library and its SQL objects do not match; run ALTER EXTENSION outbox_pg UPDATE.")));
+	return attnum;
+}
+
+static int
+route_compare(const void *a, const void *b)
+{
+	const OutboxRoute *ra = (const OutboxRoute *) a;
+	const OutboxRoute *rb = (const OutboxRoute *) b;
+	size_t		la = strlen(ra->pattern);
+	size_t		lb = strlen(rb->pattern);
+
+	if (ra->priority != rb->priority)
+		return ra->priority < rb->priority ? -1 : 1;
+	if (la != lb)
+		return la > lb ? -1 : 1;
+	return strcmp(ra->pattern, rb->pattern);
+}
+
+static int
+name_compare(const void *a, const void *b)
+{
+	return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+/*
+ * Read outbox.destinations and outbox.routes with the latest snapshot,
+ * like a catalog, into config_context.  Runs with the caller's privileges
+ * but reads the tables directly, so application roles need no SELECT on
+ * them.
+ */
+static void
+config_load(void)
+{
+	uint64		generation = config_generation;
+	Oid			nspid;
+	Relation	rel;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	Snapshot	snapshot;
+	MemoryContext oldcxt;
+	int			allocated;
+	AttrNumber	att_name,
+				att_pattern,
+				att_destination,
+				att_priority;
+
+	if (config_context == NULL)
+		config_context = AllocSetContextCreate(TopMemoryContext,
+											   "outbox_pg configuration",
+											   ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(config_context);
+	routes = NULL;
+	nroutes = 0;
+	destination_names = NULL;
+	ndestinations = 0;
+	memset(&config, 0, sizeof(config));
+
+	nspid = get_namespace_oid(OUTBOX_SCHEMA, true);
+	if (!OidIsValid(nspid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("schema \"%s\" does not exist", OUTBOX_SCHEMA),
+				 errhint("Run CREATE EXTENSION outbox_pg in this database.")));
+	config.events_relid = config_relid(nspid, OUTBOX_EVENTS_TABLE);
+	config.destinations_relid = config_relid(nspid, OUTBOX_DESTINATIONS_TABLE);
+	config.routes_relid = config_relid(nspid, OUTBOX_ROUTES_TABLE);
+
+	for (int i = 1; i <= EV_NATTS; i++)
+	{
+		if (get_attnum(config.events_relid, OutboxEventColumnNames[i]) != i)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table \"%s.%s\" does not have the expected columns",
+							OUTBOX_SCHEMA, OUTBOX_EVENTS_TABLE),
+					 errdetail("Column %d should be \"%s\".",
+							   i, OutboxEventColumnNames[i]),
+					 errhint("The outbox_pg library and its SQL objects do not match; run ALTER EXTENSION outbox_pg UPDATE.")));
+	}
+
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+
+	/* destinations: sorted names, for bsearch */
+	rel = table_open(config.destinations_relid, AccessShareLock);
+	att_name = config_attnum(rel, "name");
+	slot = table_slot_create(rel, NULL);
+	scan = table_beginscan(rel, snapshot, 0, NULL);
+	allocated = 16;
+	destination_names = MemoryContextAlloc(config_context,
+										   allocated * sizeof(char *));
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		d = slot_getattr(slot, att_name, &isnull);
+
+		if (isnull)
+			continue;
+		if (ndestinations == allocated)
+		{
+			allocated *= 2;
+			destination_names = repalloc(destination_names,
+										 allocated * sizeof(char *));
+		}
+		oldcxt = MemoryContextSwitchTo(config_context);
+		destination_names[ndestinations++] = TextDatumGetCString(d);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, AccessShareLock);
+	qsort(destination_names, ndestinations, sizeof(char *), name_compare);
+
+	/* routes: in match order */
+	rel = table_open(config.routes_relid, AccessShareLock);
+	att_pattern = config_attnum(rel, "pattern");
+	att_destination = config_attnum(rel, "destination");
+	att_priority = config_attnum(rel, "priority");
+	slot = table_slot_create(rel, NULL);
+	scan = table_beginscan(rel, snapshot, 0, NULL);
+	allocated = 16;
+	routes = MemoryContextAlloc(config_context,
+								allocated * sizeof(OutboxRoute));
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		null1,
+					null2,
+					null3;
+		Datum		pattern = slot_getattr(slot, att_pattern, &null1);
+		Datum		dest = slot_getattr(slot, att_destination, &null2);
+		Datum		prio = slot_getattr(slot, att_priority, &null3);
+
+		if (null1 || null2)
+			continue;
+		if (nroutes == allocated)
+		{
+			allocated *= 2;
+			routes = repalloc(routes, allocated * sizeof(OutboxRoute));
+		}
+		oldcxt = MemoryContextSwitchTo(config_context);
+		routes[nroutes].pattern = TextDatumGetCString(pattern);
+		routes[nroutes].destination = TextDatumGetCString(dest);
+		routes[nroutes].priority = null3 ? 0 : DatumGetInt32(prio);
+		MemoryContextSwitchTo(oldcxt);
+		nroutes++;
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, AccessShareLock);
+	qsort(routes, nroutes, sizeof(OutboxRoute), route_compare);
+
+	UnregisterSnapshot(snapshot);
+
+	/* an invalidation that arrived while we were reading wins */
+	config_valid = (generation == config_generation);
+}
+
+const OutboxConfig *
+OutboxGetConfig(void)
+{
+	if (!config_valid)
+		config_load();
+	return &config;
+}
+
+bool
+OutboxDestinationExists(const char *name)
+{
+	OutboxGetConfig();
+	return bsearch(&name, destination_names, ndestinations,
+				   sizeof(char *), name_compare) != NULL;
+}
+
+/*
+ * Glob match where '*' matches any run of characters, iteratively with a
+ * single backtrack point (linear in practice, no recursion).
+ */
+bool
+OutboxPatternMatches(const char *pattern, const char *text)
+{
+	const char *p = pattern;
+	const char *t = text;
+	const char *star = NULL;
+	const char *resume = NULL;
+
+	while (*t)
+	{
+		if (*p == '*')
+		{
+			star = p++;
+			resume = t;
+		}
+		else if (*p == *t)
+		{
+			p++;
+			t++;
+		}
+		else if (star)
+		{
+			p = star + 1;
+			t = ++resume;
+		}
+		else
+			return false;
+	}
+	while (*p == '*')
+		p++;
+	return *p == '\0';
+}
+
+const char *
+OutboxRouteEventType(const char *type)
+{
+	OutboxGetConfig();
+	for (int i = 0; i < nroutes; i++)
+	{
+		if (OutboxPatternMatches(routes[i].pattern, type))
+			return routes[i].destination;
+	}
+	return NULL;
+}
+
+/*
+ * outbox._config_changed() — statement trigger on the configuration tables.
+ */
+Datum
+outbox_config_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("outbox._config_changed() must be called as a trigger")));
+
+	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	PG_RETURN_POINTER(NULL);
+}
+
+/*
+ * outbox.route(type text) returns text — the destination an event of this
+ * type would be routed to, or NULL.
+ */
+Datum
+outbox_route(PG_FUNCTION_ARGS)
+{
+	char	   *type = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	const char *dest = OutboxRouteEventType(type);
+
+	if (dest == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(dest));
+}

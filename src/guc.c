@@ -1,0 +1,91 @@
+/*-------------------------------------------------------------------------
+ *
+ * guc.c
+ *		  Configuration parameters of outbox_pg.
+ *
+ * Every parameter lives under the reserved "outbox." prefix.  Limits that
+ * protect the server (payload size, the retention floor) can only be
+ * changed by superusers, so an application role cannot talk its way past
+ * them with SET.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/guc.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "outbox_pg.h"
+
+int			outbox_max_payload_size = 1024 * 1024;
+int			outbox_claim_retention = 7 * SECS_PER_DAY;
+int			outbox_redelivery_window = SECS_PER_DAY;
+char	   *outbox_traceparent = NULL;
+
+static bool
+guc_check_traceparent(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	if (!OutboxTraceparentIsValid(*newval))
+	{
+		GUC_check_errdetail("A traceparent has the form \"00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>\" in lower case.");
+		return false;
+	}
+	return true;
+}
+
+void
+OutboxDefineGucs(void)
+{
+	DefineCustomIntVariable("outbox.max_payload_size",
+							"Largest payload accepted by outbox.emit().",
+							"Measured as the size of the jsonb value.",
+							&outbox_max_payload_size,
+							1024 * 1024,
+							1024,
+							MaxAllocSize / 2,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.claim_retention",
+							"How long inbox.claim() remembers a message id when no ttl is given.",
+							"Must not be shorter than outbox.redelivery_window.",
+							&outbox_claim_retention,
+							7 * SECS_PER_DAY,
+							OUTBOX_MIN_CLAIM_TTL,
+							OUTBOX_MAX_CLAIM_TTL,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.redelivery_window",
+							"Longest time after which a broker or relay may still redeliver a message.",
+							"inbox.claim() refuses retentions shorter than this; 0 disables the check.",
+							&outbox_redelivery_window,
+							SECS_PER_DAY,
+							0,
+							OUTBOX_MAX_CLAIM_TTL,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("outbox.traceparent",
+							   "W3C traceparent recorded by outbox.emit() when no traceparent argument is given.",
+							   "Meant to be set with SET LOCAL by tracing middleware.",
+							   &outbox_traceparent,
+							   "",
+							   PGC_USERSET,
+							   0,
+							   guc_check_traceparent, NULL, NULL);
+
+	MarkGUCPrefixReserved("outbox");
+}
