@@ -8,6 +8,13 @@
 
 MODULE_big = outbox_pg
 OBJS = \
+	src/shmem.o \
+	src/wake.o \
+	src/launcher.o \
+	src/relay.o \
+	src/http.o \
+	src/webhook.o \
+	src/retry.o \
 	src/outbox_pg.o \
 	src/guc.o \
 	src/config.o \
@@ -23,7 +30,7 @@ SHLIB_LINK += $(shell curl-config --libs)
 PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
-REGRESS = setup emit emit_errors routes inbox privileges
+REGRESS = setup emit emit_errors routes inbox privileges retry
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/regress.conf

@@ -189,12 +189,15 @@ CREATE TRIGGER routes_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON outbox.routes
     FOR EACH STATEMENT EXECUTE FUNCTION outbox._config_changed();
 
--- Lease up to batch_size due events for lease; the relay's claim step.
--- Each lease counts as an attempt, so a message that crashes its sender
--- still reaches its attempt limit instead of looping forever.  A leased row
--- becomes due again when the lease runs out (a crashed relay's rows come
--- back by themselves).
-CREATE FUNCTION outbox._lease(batch_size pg_catalog.int4, lease pg_catalog.interval)
+-- The relay's steps (see src/relay.c).  Internal: not granted to anyone.
+
+-- Lease up to batch_size due events of one destination for lease.  Each
+-- lease counts as an attempt, so a message that crashes its sender still
+-- reaches its attempt limit instead of looping forever.  A leased row is
+-- due again when the lease runs out (a crashed relay's rows come back by
+-- themselves).
+CREATE FUNCTION outbox._lease(batch_size pg_catalog.int4, lease pg_catalog.interval,
+                              destination pg_catalog.text)
 RETURNS SETOF outbox.events
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -206,12 +209,88 @@ AS $$
               FROM outbox.events AS c
              WHERE c.status OPERATOR(pg_catalog.=) 'pending'
                AND c.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+               AND c.destination OPERATOR(pg_catalog.=) _lease.destination
              ORDER BY c.next_attempt_at, c.id
              LIMIT batch_size
                FOR UPDATE SKIP LOCKED) AS due
      WHERE e.id OPERATOR(pg_catalog.=) due.id
  RETURNING e.*;
 $$;
+
+-- Acknowledged: published.  Only pending rows change, so a late result
+-- cannot undo what another worker recorded.
+CREATE FUNCTION outbox._ack(ids pg_catalog.uuid[], statuses pg_catalog.int4[])
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE outbox.events AS e
+       SET status = 'published',
+           published_at = pg_catalog.clock_timestamp(),
+           last_status = r.status,
+           last_error = NULL
+      FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(statuses)) AS r(id, status)
+     WHERE e.id OPERATOR(pg_catalog.=) r.id
+       AND e.status OPERATOR(pg_catalog.=) 'pending';
+$$;
+
+-- Transient failure: due again at next_at.
+CREATE FUNCTION outbox._retry(ids pg_catalog.uuid[], next_at pg_catalog.timestamptz[],
+                              statuses pg_catalog.int4[], errors pg_catalog.text[])
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE outbox.events AS e
+       SET next_attempt_at = r.next_at,
+           last_status = r.status,
+           last_error = r.error
+      FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(next_at),
+                     pg_catalog.unnest(statuses), pg_catalog.unnest(errors)) AS r(id, next_at, status, error)
+     WHERE e.id OPERATOR(pg_catalog.=) r.id
+       AND e.status OPERATOR(pg_catalog.=) 'pending';
+$$;
+
+-- Permanent failure or out of attempts: dead letter, error kept.
+CREATE FUNCTION outbox._dead(ids pg_catalog.uuid[], statuses pg_catalog.int4[],
+                             errors pg_catalog.text[])
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE outbox.events AS e
+       SET status = 'dead',
+           last_status = r.status,
+           last_error = r.error
+      FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(statuses),
+                     pg_catalog.unnest(errors)) AS r(id, status, error)
+     WHERE e.id OPERATOR(pg_catalog.=) r.id
+       AND e.status OPERATOR(pg_catalog.=) 'pending';
+$$;
+
+-- Give unrouted pending events the destination their type routes to now.
+CREATE FUNCTION outbox._route_pending()
+RETURNS pg_catalog.int8
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH routed AS (
+        UPDATE outbox.events AS e
+           SET destination = outbox.route(e.type)
+         WHERE e.status OPERATOR(pg_catalog.=) 'pending'
+           AND e.destination IS NULL
+           AND outbox.route(e.type) IS NOT NULL
+        RETURNING 1)
+    SELECT pg_catalog.count(*) FROM routed;
+$$;
+
+-- The retry schedule, exposed for inspection and tests: the delay in
+-- milliseconds before attempt+1, for a jitter in [0, 1].
+CREATE FUNCTION outbox.backoff_delay(attempt pg_catalog.int4, base_ms pg_catalog.int4,
+                                     cap_ms pg_catalog.int4, jitter pg_catalog.float8)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'outbox_backoff_delay'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 ------------------------------------------------------------------------
 -- Privileges: nothing for PUBLIC; grant EXECUTE on emit/claim to

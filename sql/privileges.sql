@@ -24,7 +24,8 @@ SELECT try($$INSERT INTO outbox.routes VALUES ('evil.*', 'audit')$$);
 SELECT try($$UPDATE outbox.events SET status = 'published'$$);
 SELECT try($$DELETE FROM inbox.claims$$);
 SELECT try($$SELECT outbox.route('payment.created')$$);
-SELECT try($$SELECT * FROM outbox._lease(10, '1 minute')$$);
+SELECT try($$SELECT * FROM outbox._lease(10, '1 minute', 'audit')$$);
+SELECT try($$SELECT outbox._ack(ARRAY[gen_random_uuid()], ARRAY[200])$$);
 -- search_path tricks do not reach the SECURITY DEFINER claim
 RESET ROLE;
 CREATE SCHEMA regress_evil AUTHORIZATION regress_outbox_app;

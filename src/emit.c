@@ -306,6 +306,7 @@ outbox_emit(PG_FUNCTION_ARGS)
 #undef SET_COL
 
 	emit_insert(cfg->events_relid, values, nulls);
+	OutboxWakeAtCommit();
 
 	PG_RETURN_UUID_P(id);
 }

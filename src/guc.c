@@ -28,6 +28,14 @@ int			outbox_max_payload_size = 1024 * 1024;
 int			outbox_claim_retention = 7 * SECS_PER_DAY;
 int			outbox_redelivery_window = SECS_PER_DAY;
 char	   *outbox_traceparent = NULL;
+char	   *outbox_databases = NULL;
+int			outbox_workers_per_database = 1;
+int			outbox_poll_interval = 1000;
+int			outbox_batch_size = 200;
+int			outbox_max_response_size = 64 * 1024;
+char	   *outbox_allowed_hosts = NULL;
+char	   *outbox_ca_file = NULL;
+int			outbox_discovery_interval = 10;
 
 static bool
 guc_check_traceparent(char **newval, void **extra, GucSource source)
@@ -86,6 +94,78 @@ OutboxDefineGucs(void)
 							   PGC_USERSET,
 							   0,
 							   guc_check_traceparent, NULL, NULL);
+
+	DefineCustomStringVariable("outbox.databases",
+							   "Databases whose outbox is relayed.",
+							   "A comma-separated list of database names, or * for every database that allows connections and has the extension.",
+							   &outbox_databases,
+							   "*",
+							   PGC_SIGHUP,
+							   GUC_LIST_INPUT,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.workers_per_database",
+							"Relay workers started for each relayed database.",
+							"They share the work through FOR UPDATE SKIP LOCKED.",
+							&outbox_workers_per_database,
+							1, 1, 16,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.poll_interval",
+							"Longest time a relay waits before looking for due events without being woken.",
+							"Commits of outbox.emit() wake the relay at once; the poll is the safety net.",
+							&outbox_poll_interval,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.batch_size",
+							"Most requests one relay worker keeps in flight.",
+							NULL,
+							&outbox_batch_size,
+							200, 1, 10000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.max_response_size",
+							"Largest response body the relay reads from a destination.",
+							"Longer responses fail the attempt.",
+							&outbox_max_response_size,
+							64 * 1024, 1024, 64 * 1024 * 1024,
+							PGC_SIGHUP,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("outbox.allowed_hosts",
+							   "Destination hosts the relay may connect to.",
+							   "A comma-separated list of host names or addresses; empty allows any host.",
+							   &outbox_allowed_hosts,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_LIST_INPUT,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("outbox.ca_file",
+							   "CA bundle used to verify destinations' TLS certificates.",
+							   "Empty uses the system's default bundle.",
+							   &outbox_ca_file,
+							   "",
+							   PGC_SIGHUP,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.discovery_interval",
+							"How often the launcher looks for databases to relay.",
+							NULL,
+							&outbox_discovery_interval,
+							10, 1, 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("outbox");
 }

@@ -18,6 +18,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
 
 #include "outbox_pg.h"
 
@@ -30,4 +31,10 @@ _PG_init(void)
 {
 	OutboxDefineGucs();
 	OutboxConfigInit();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	OutboxShmemInit();
+	OutboxRegisterLauncher();
 }

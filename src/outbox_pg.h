@@ -16,8 +16,16 @@
 #ifndef OUTBOX_PG_H
 #define OUTBOX_PG_H
 
+#include <curl/curl.h>
+
+#include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
+#include "port/atomics.h"
+#include "storage/lwlock.h"
 #include "utils/relcache.h"
 #include "utils/timestamp.h"
+
+#define OUTBOX_VERSION			"0.1.0"
 
 /* Names of the extension's schemas and tables. */
 #define OUTBOX_SCHEMA			"outbox"
@@ -61,11 +69,23 @@ typedef enum OutboxEventColumn
 
 extern const char *const OutboxEventColumnNames[EV_NATTS + 1];
 
+/* Most relay workers in one cluster (all databases together). */
+#define OUTBOX_MAX_RELAYS		64
+#define OUTBOX_ERROR_LEN		256
+
 /* guc.c */
 extern int	outbox_max_payload_size;
 extern int	outbox_claim_retention;
 extern int	outbox_redelivery_window;
 extern char *outbox_traceparent;
+extern char *outbox_databases;
+extern int	outbox_workers_per_database;
+extern int	outbox_poll_interval;
+extern int	outbox_batch_size;
+extern int	outbox_max_response_size;
+extern char *outbox_allowed_hosts;
+extern char *outbox_ca_file;
+extern int	outbox_discovery_interval;
 
 extern void OutboxDefineGucs(void);
 
@@ -82,6 +102,136 @@ extern bool OutboxDestinationExists(const char *name);
 extern const char *OutboxRouteEventType(const char *type);
 extern bool OutboxPatternMatches(const char *pattern, const char *text);
 extern void OutboxConfigInit(void);
+
+/* shmem.c */
+typedef enum RelayState
+{
+	RELAY_FREE = 0,				/* slot unused */
+	RELAY_STARTING,				/* registered, not connected yet */
+	RELAY_IDLE,					/* nothing due; waiting for a wake-up or poll */
+	RELAY_WORKING,				/* leasing, sending or recording */
+	RELAY_NO_EXTENSION,			/* database has no outbox_pg; exited */
+	RELAY_ERROR,				/* last cycle failed; retrying after a pause */
+	RELAY_STOPPED				/* exited */
+} RelayState;
+
+typedef struct RelaySlot
+{
+	Oid			dboid;			/* database served, InvalidOid if free */
+	int			worker_number;	/* 0 .. workers_per_database - 1 */
+	pid_t		pid;			/* 0 unless running */
+	int			procno;			/* for SetLatch; -1 unless running */
+	RelayState	state;
+	TimestampTz started_at;
+	TimestampTz last_cycle_at;
+	TimestampTz retry_after;	/* launcher: do not restart before */
+	int			in_flight;		/* requests currently in flight */
+	pg_atomic_uint64 published;
+	pg_atomic_uint64 failed;
+	TimestampTz last_error_at;
+	char		last_error[OUTBOX_ERROR_LEN];
+} RelaySlot;
+
+typedef struct OutboxShared
+{
+	LWLock	   *lock;
+	pid_t		launcher_pid;
+	int			launcher_procno;
+	Oid			launcher_wanted_db; /* a commit found no relay for this db */
+	RelaySlot	slots[OUTBOX_MAX_RELAYS];
+} OutboxShared;
+
+extern OutboxShared *outbox_shared;
+
+extern void OutboxShmemInit(void);
+extern void OutboxSetLatchByProcno(int procno);
+extern void OutboxSlotSetState(RelaySlot *slot, RelayState state);
+extern void OutboxSlotSetError(RelaySlot *slot, const char *error);
+extern const char *OutboxRelayStateName(RelayState state);
+
+/* wake.c */
+extern void OutboxWakeAtCommit(void);
+
+/* launcher.c */
+extern void OutboxRegisterLauncher(void);
+extern PGDLLEXPORT void OutboxLauncherMain(Datum main_arg);
+
+/* relay.c */
+extern PGDLLEXPORT void OutboxRelayMain(Datum main_arg);
+
+/* http.c */
+#define HTTP_REQUEST_MAGIC		0x0b0c5e17
+
+typedef struct HttpRequest
+{
+	/* set by the caller before HttpClientStart() */
+	const char *url;
+	struct curl_slist *headers;
+	const char *body;
+	size_t		body_len;
+	long		timeout_ms;
+
+	/* set by http.c */
+	uint32		magic;
+	CURL	   *easy;
+	int			status;			/* HTTP status, 0 if none */
+	CURLcode	curl_code;
+	bool		refused;		/* refused before sending (allow-list) */
+	int			retry_after_secs;	/* -1 if absent */
+	bool		response_too_large;
+	size_t		response_total;
+	size_t		response_len;
+	char		response[256];	/* start of the response body */
+	char		error[CURL_ERROR_SIZE];
+	struct HttpRequest *next_done;
+} HttpRequest;
+
+typedef struct HttpClient HttpClient;
+
+extern HttpClient *HttpClientCreate(void);
+extern void HttpClientStart(HttpClient *client, HttpRequest *req);
+extern HttpRequest *HttpClientWait(HttpClient *client, long timeout_ms,
+								   bool *latch_set);
+extern int	HttpClientRunning(HttpClient *client);
+
+/* retry.c */
+typedef enum DeliveryOutcome
+{
+	OUTCOME_ACK,				/* acknowledged: mark published */
+	OUTCOME_RETRY,				/* transient failure: try again later */
+	OUTCOME_DEAD				/* permanent failure or out of attempts */
+} DeliveryOutcome;
+
+extern int64 OutboxBackoffDelayMs(int attempt, int base_ms, int cap_ms,
+								  double jitter);
+extern DeliveryOutcome OutboxClassifyResponse(int status, CURLcode code,
+											  bool refused);
+extern bool OutboxIsDestinationFailure(int status, CURLcode code);
+
+/* webhook.c */
+typedef struct WebhookEvent
+{
+	const char *id;
+	const char *type;
+	const char *aggregate_id;
+	const char *payload;
+	const char *traceparent;
+	const char *time;			/* RFC 3339, UTC */
+	List	   *extra_headers;	/* "Name: value" strings */
+} WebhookEvent;
+
+typedef struct WebhookTarget
+{
+	bool		structured;		/* CloudEvents structured mode */
+	const char *source;			/* ce-source */
+	List	   *headers;		/* "Name: value" strings */
+	List	   *signing_keys;	/* bytea-like: StringInfo of raw key bytes */
+	const char *bearer_token;
+} WebhookTarget;
+
+extern void OutboxBuildWebhook(const WebhookEvent *ev, const WebhookTarget *t,
+							   HttpRequest *req, char **body);
+extern bool OutboxDecodeSigningSecret(const char *secret, StringInfo key);
 
 /* validate.c */
 extern bool OutboxTraceparentIsValid(const char *value);

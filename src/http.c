@@ -1,0 +1,441 @@
+/*-------------------------------------------------------------------------
+ *
+ * http.c
+ *		  Concurrent HTTP requests with libcurl's multi interface, driven
+ *		  from a WaitEventSet.
+ *
+ * The relay must stay responsive while requests hang: SIGTERM, SIGHUP,
+ * ProcSignalBarriers (DROP DATABASE elsewhere in the cluster) and
+ * postmaster death all arrive through the latch.  So curl never blocks:
+ * its socket callback tells us which sockets it wants watched, its timer
+ * callback when it wants to be called back, and HttpClientWait() waits on
+ * the latch, postmaster death and those sockets together, then hands the
+ * ready sockets to curl_multi_socket_action().  Connections are reused
+ * across requests (keep-alive) through the multi handle's connection
+ * cache.
+ *
+ * Rules for the callbacks: they run inside curl, so they never palloc,
+ * never ereport and never longjmp.  The socket table uses malloc; the
+ * response body goes into a fixed buffer inside the request, and a body
+ * longer than outbox.max_response_size aborts the transfer.
+ *
+ * Safety of every transfer: only http and https (redirects included),
+ * redirects not followed, no proxy (the environment is ignored), connect
+ * and total timeouts, TLS verification on, optional CA bundle, optional
+ * host allow-list.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/http.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
+#include "utils/varlena.h"
+
+#include "outbox_pg.h"
+
+typedef struct HttpSocket
+{
+	curl_socket_t fd;
+	int			what;			/* CURL_POLL_IN / OUT / INOUT */
+} HttpSocket;
+
+struct HttpClient
+{
+	CURLM	   *multi;
+	HttpSocket *sockets;		/* malloc'd */
+	int			nsockets;
+	int			maxsockets;
+	long		timer_ms;		/* -1: no timer */
+	int			running;
+	HttpRequest *done_head;		/* completed, not yet taken */
+	HttpRequest *done_tail;
+	bool		oom;
+};
+
+static int
+http_socket_callback(CURL *easy, curl_socket_t fd, int what, void *userp,
+					 void *socketp)
+{
+	HttpClient *client = (HttpClient *) userp;
+
+	for (int i = 0; i < client->nsockets; i++)
+	{
+		if (client->sockets[i].fd == fd)
+		{
+			if (what == CURL_POLL_REMOVE)
+				client->sockets[i] = client->sockets[--client->nsockets];
+			else
+				client->sockets[i].what = what;
+			return 0;
+		}
+	}
+	if (what == CURL_POLL_REMOVE)
+		return 0;
+	if (client->nsockets == client->maxsockets)
+	{
+		int			newmax = client->maxsockets * 2;
+		HttpSocket *grown = realloc(client->sockets, newmax * sizeof(HttpSocket));
+
+		if (grown == NULL)
+		{
+			client->oom = true;
+			return -1;
+		}
+		client->sockets = grown;
+		client->maxsockets = newmax;
+	}
+	client->sockets[client->nsockets].fd = fd;
+	client->sockets[client->nsockets].what = what;
+	client->nsockets++;
+	return 0;
+}
+
+static int
+http_timer_callback(CURLM *multi, long timeout_ms, void *userp)
+{
+	((HttpClient *) userp)->timer_ms = timeout_ms;
+	return 0;
+}
+
+static size_t
+http_write_callback(char *data, size_t size, size_t nmemb, void *userp)
+{
+	HttpRequest *req = (HttpRequest *) userp;
+	size_t		len = size * nmemb;
+	size_t		room = sizeof(req->response) - 1 - req->response_len;
+
+	req->response_total += len;
+	if (req->response_total > (size_t) outbox_max_response_size)
+	{
+		req->response_too_large = true;
+		return 0;				/* aborts with CURLE_WRITE_ERROR */
+	}
+	if (room > 0)
+	{
+		size_t		n = Min(room, len);
+
+		memcpy(req->response + req->response_len, data, n);
+		req->response_len += n;
+		req->response[req->response_len] = '\0';
+	}
+	return len;
+}
+
+/* Looks only for Retry-After (delta-seconds form). */
+static size_t
+http_header_callback(char *data, size_t size, size_t nitems, void *userp)
+{
+	HttpRequest *req = (HttpRequest *) userp;
+	size_t		len = size * nitems;
+	static const char name[] = "retry-after:";
+
+	if (len > sizeof(name) - 1 && pg_strncasecmp(data, name, sizeof(name) - 1) == 0)
+	{
+		long		secs = 0;
+		bool		digits = false;
+
+		for (size_t i = sizeof(name) - 1; i < len; i++)
+		{
+			char		c = data[i];
+
+			if (c >= '0' && c <= '9')
+			{
+				digits = true;
+				if (secs < 1000000)
+					secs = secs * 10 + (c - '0');
+			}
+			else if (c == ' ' || c == '\t' || c == '\r' || c == '\n')
+			{
+				if (digits)
+					break;
+			}
+			else
+			{
+				digits = false;
+				break;
+			}
+		}
+		if (digits)
+			req->retry_after_secs = (int) secs;
+	}
+	return len;
+}
+
+HttpClient *
+HttpClientCreate(void)
+{
+	HttpClient *client = palloc0(sizeof(HttpClient));
+
+	client->multi = curl_multi_init();
+	if (client->multi == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not create a libcurl multi handle")));
+	client->maxsockets = 64;
+	client->sockets = malloc(client->maxsockets * sizeof(HttpSocket));
+	if (client->sockets == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	client->timer_ms = -1;
+	curl_multi_setopt(client->multi, CURLMOPT_SOCKETFUNCTION, http_socket_callback);
+	curl_multi_setopt(client->multi, CURLMOPT_SOCKETDATA, client);
+	curl_multi_setopt(client->multi, CURLMOPT_TIMERFUNCTION, http_timer_callback);
+	curl_multi_setopt(client->multi, CURLMOPT_TIMERDATA, client);
+	curl_multi_setopt(client->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 64L);
+	curl_multi_setopt(client->multi, CURLMOPT_MAXCONNECTS, 256L);
+	return client;
+}
+
+int
+HttpClientRunning(HttpClient *client)
+{
+	return client->running;
+}
+
+/*
+ * Is the URL's host on outbox.allowed_hosts (or is the list empty)?
+ */
+static bool
+http_host_allowed(const char *url, char *errbuf, size_t errlen)
+{
+	CURLU	   *u;
+	char	   *host = NULL;
+	bool		allowed = false;
+	char	   *raw;
+	List	   *hosts;
+	ListCell   *lc;
+
+	if (outbox_allowed_hosts == NULL || outbox_allowed_hosts[0] == '\0')
+		return true;
+
+	u = curl_url();
+	if (u == NULL || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+		curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK)
+	{
+		if (u)
+			curl_url_cleanup(u);
+		snprintf(errbuf, errlen, "could not parse destination URL");
+		return false;
+	}
+
+	raw = pstrdup(outbox_allowed_hosts);
+	if (SplitIdentifierString(raw, ',', &hosts))
+	{
+		foreach(lc, hosts)
+		{
+			if (pg_strcasecmp((char *) lfirst(lc), host) == 0)
+				allowed = true;
+		}
+	}
+	if (!allowed)
+		snprintf(errbuf, errlen, "host \"%s\" is not in outbox.allowed_hosts", host);
+	curl_free(host);
+	curl_url_cleanup(u);
+	return allowed;
+}
+
+/*
+ * Start a request.  On a setup failure the request completes at once with
+ * curl_code set and no HTTP status.
+ */
+void
+HttpClientStart(HttpClient *client, HttpRequest *req)
+{
+	CURL	   *easy;
+
+	req->magic = HTTP_REQUEST_MAGIC;
+	req->status = 0;
+	req->curl_code = CURLE_OK;
+	req->error[0] = '\0';
+	req->response[0] = '\0';
+	req->response_len = 0;
+	req->response_total = 0;
+	req->response_too_large = false;
+	req->retry_after_secs = -1;
+	req->next_done = NULL;
+	req->easy = NULL;
+
+	if (!http_host_allowed(req->url, req->error, sizeof(req->error)))
+	{
+		req->curl_code = CURLE_COULDNT_CONNECT;
+		req->refused = true;
+		goto done;
+	}
+
+	easy = curl_easy_init();
+	if (easy == NULL)
+	{
+		req->curl_code = CURLE_OUT_OF_MEMORY;
+		snprintf(req->error, sizeof(req->error), "out of memory");
+		goto done;
+	}
+	req->easy = easy;
+
+	curl_easy_setopt(easy, CURLOPT_URL, req->url);
+	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
+	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, req->error);
+	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(easy, CURLOPT_PROXY, "");
+	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
+	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(req->timeout_ms, 10000L));
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
+	if (outbox_ca_file && outbox_ca_file[0] != '\0')
+		curl_easy_setopt(easy, CURLOPT_CAINFO, outbox_ca_file);
+	curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(easy, CURLOPT_USERAGENT, "outbox_pg/" OUTBOX_VERSION);
+	curl_easy_setopt(easy, CURLOPT_POST, 1L);
+	curl_easy_setopt(easy, CURLOPT_POSTFIELDS, req->body);
+	curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
+	if (req->headers)
+		curl_easy_setopt(easy, CURLOPT_HTTPHEADER, req->headers);
+	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, http_write_callback);
+	curl_easy_setopt(easy, CURLOPT_WRITEDATA, req);
+	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, http_header_callback);
+	curl_easy_setopt(easy, CURLOPT_HEADERDATA, req);
+
+	if (curl_multi_add_handle(client->multi, easy) != CURLM_OK)
+	{
+		curl_easy_cleanup(easy);
+		req->easy = NULL;
+		req->curl_code = CURLE_OUT_OF_MEMORY;
+		snprintf(req->error, sizeof(req->error), "could not add request");
+		goto done;
+	}
+	client->running++;
+	return;
+
+done:
+	if (client->done_tail)
+		client->done_tail->next_done = req;
+	else
+		client->done_head = req;
+	client->done_tail = req;
+}
+
+static void
+http_collect(HttpClient *client)
+{
+	CURLMsg    *msg;
+	int			left;
+
+	while ((msg = curl_multi_info_read(client->multi, &left)) != NULL)
+	{
+		HttpRequest *req;
+		CURL	   *easy = msg->easy_handle;
+		long		status = 0;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &req);
+		req->curl_code = msg->data.result;
+		if (req->magic != HTTP_REQUEST_MAGIC || req->easy != easy)
+			elog(PANIC, "outbox_pg: completed request %p has a bad magic %x (easy %p vs %p)",
+				 req, req->magic, req->easy, easy);
+		curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+		req->status = (int) status;
+		if (req->response_too_large)
+			snprintf(req->error, sizeof(req->error),
+					 "response body larger than outbox.max_response_size (%d bytes)",
+					 outbox_max_response_size);
+		else if (req->curl_code != CURLE_OK && req->error[0] == '\0')
+			strlcpy(req->error, curl_easy_strerror(req->curl_code), sizeof(req->error));
+		curl_multi_remove_handle(client->multi, easy);
+		curl_easy_cleanup(easy);
+		req->easy = NULL;
+		client->running--;
+
+		if (client->done_tail)
+			client->done_tail->next_done = req;
+		else
+			client->done_head = req;
+		client->done_tail = req;
+	}
+}
+
+/*
+ * Wait up to timeout_ms for socket activity, curl's timer or the latch,
+ * and let curl make progress.  Returns the completed requests as a list
+ * linked through next_done (NULL if none).  Interrupts are the caller's
+ * to check afterwards; the latch is reset here.
+ */
+HttpRequest *
+HttpClientWait(HttpClient *client, long timeout_ms, bool *latch_set)
+{
+	WaitEventSet *set;
+	WaitEvent  *events;
+	int			nevents;
+	int			n;
+	long		wait_ms = timeout_ms;
+	int			still_running;
+	HttpRequest *done;
+
+	*latch_set = false;
+	if (client->done_head != NULL)
+		wait_ms = 0;
+	if (client->running > 0 && client->timer_ms >= 0)
+		wait_ms = Min(wait_ms, client->timer_ms);
+
+	nevents = client->nsockets + 2;
+	set = CreateWaitEventSet(CurrentMemoryContext, nevents);
+	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	for (int i = 0; i < client->nsockets; i++)
+	{
+		uint32		ev = 0;
+
+		if (client->sockets[i].what & CURL_POLL_IN)
+			ev |= WL_SOCKET_READABLE;
+		if (client->sockets[i].what & CURL_POLL_OUT)
+			ev |= WL_SOCKET_WRITEABLE;
+		AddWaitEventToSet(set, ev, client->sockets[i].fd, NULL, NULL);
+	}
+	events = palloc(nevents * sizeof(WaitEvent));
+
+	n = WaitEventSetWait(set, wait_ms, events, nevents, PG_WAIT_EXTENSION);
+	FreeWaitEventSet(set);
+
+	if (n == 0 && client->running > 0)
+		curl_multi_socket_action(client->multi, CURL_SOCKET_TIMEOUT, 0, &still_running);
+	for (int i = 0; i < n; i++)
+	{
+		WaitEvent  *ev = &events[i];
+
+		if (ev->events & WL_LATCH_SET)
+		{
+			ResetLatch(MyLatch);
+			*latch_set = true;
+		}
+		else if (ev->events & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
+		{
+			int			flags = 0;
+
+			if (ev->events & WL_SOCKET_READABLE)
+				flags |= CURL_CSELECT_IN;
+			if (ev->events & WL_SOCKET_WRITEABLE)
+				flags |= CURL_CSELECT_OUT;
+			curl_multi_socket_action(client->multi, ev->fd, flags, &still_running);
+		}
+	}
+	/* curl asked to be called right away */
+	if (client->running > 0 && client->timer_ms == 0)
+		curl_multi_socket_action(client->multi, CURL_SOCKET_TIMEOUT, 0, &still_running);
+	pfree(events);
+
+	http_collect(client);
+	done = client->done_head;
+	client->done_head = client->done_tail = NULL;
+	return done;
+}

@@ -1,0 +1,385 @@
+/*-------------------------------------------------------------------------
+ *
+ * launcher.c
+ *		  The launcher: starts and restarts relay workers per database.
+ *
+ * One launcher runs per cluster (registered at postmaster start, after
+ * recovery has finished — on a hot standby nothing is relayed until
+ * promotion).  It connects to no database and reads pg_database to decide
+ * which databases to serve: those named in outbox.databases, or with '*'
+ * every database that allows connections.  For each it starts
+ * outbox.workers_per_database relay workers as dynamic background
+ * workers, each bound to one slot of the shared array.
+ *
+ * A relay that finds no outbox_pg extension in its database exits and is
+ * not started again before outbox.discovery_interval has passed — unless a
+ * commit in that database calls for a relay (wake.c), which happens right
+ * after CREATE EXTENSION and the first emit().  A relay that exits on an
+ * error is restarted after a pause that grows with repeated failures, so
+ * a broken database cannot cause a restart storm.  A database that was
+ * dropped simply disappears from the list.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/launcher.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_database.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/varlena.h"
+
+#include "outbox_pg.h"
+
+typedef struct LauncherDatabase
+{
+	Oid			oid;
+	char		name[NAMEDATALEN];
+} LauncherDatabase;
+
+static BackgroundWorkerHandle *handles[OUTBOX_MAX_RELAYS];
+static int	failures[OUTBOX_MAX_RELAYS];
+static TimestampTz last_no_slot_warning = 0;
+
+void
+OutboxRegisterLauncher(void)
+{
+	BackgroundWorker bgw;
+
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = 5;
+	strlcpy(bgw.bgw_library_name, "outbox_pg", BGW_MAXLEN);
+	strlcpy(bgw.bgw_function_name, "OutboxLauncherMain", BGW_MAXLEN);
+	strlcpy(bgw.bgw_name, "outbox_pg launcher", BGW_MAXLEN);
+	strlcpy(bgw.bgw_type, "outbox_pg launcher", BGW_MAXLEN);
+	RegisterBackgroundWorker(&bgw);
+}
+
+static void
+launcher_on_exit(int code, Datum arg)
+{
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	outbox_shared->launcher_pid = 0;
+	outbox_shared->launcher_procno = -1;
+	LWLockRelease(outbox_shared->lock);
+}
+
+static bool
+database_is_wanted(const char *name, List *names, bool all)
+{
+	ListCell   *lc;
+
+	if (all)
+		return true;
+	foreach(lc, names)
+	{
+		if (strcmp((char *) lfirst(lc), name) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The databases to relay, read from pg_database into the caller's memory
+ * context.
+ */
+static LauncherDatabase *
+launcher_list_databases(int *count)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	LauncherDatabase *dbs;
+	int			n = 0;
+	int			allocated = 8;
+	char	   *raw;
+	List	   *names = NIL;
+	bool		all;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+
+	dbs = palloc(allocated * sizeof(LauncherDatabase));
+
+	raw = pstrdup(outbox_databases);
+	all = (strcmp(raw, "*") == 0);
+	if (!all && !SplitIdentifierString(raw, ',', &names))
+	{
+		ereport(LOG,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid list syntax in outbox.databases"),
+				 errhint("Use a comma-separated list of database names, or *.")));
+		*count = 0;
+		return dbs;
+	}
+
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
+
+		if (!db->datallowconn || db->datistemplate)
+			continue;
+		if (!database_is_wanted(NameStr(db->datname), names, all))
+			continue;
+		if (n == allocated)
+		{
+			MemoryContext old = MemoryContextSwitchTo(caller);
+
+			allocated *= 2;
+			dbs = repalloc(dbs, allocated * sizeof(LauncherDatabase));
+			MemoryContextSwitchTo(old);
+		}
+		dbs[n].oid = db->oid;
+		strlcpy(dbs[n].name, NameStr(db->datname), NAMEDATALEN);
+		n++;
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(caller);
+
+	*count = n;
+	return dbs;
+}
+
+static bool
+slot_is_running(int i)
+{
+	pid_t		pid;
+
+	if (handles[i] != NULL &&
+		GetBackgroundWorkerPid(handles[i], &pid) != BGWH_STOPPED)
+		return true;
+	return outbox_shared->slots[i].pid != 0;
+}
+
+static void
+launcher_start_relay(int i, LauncherDatabase *db, int worker_number)
+{
+	BackgroundWorker bgw;
+	RelaySlot  *slot = &outbox_shared->slots[i];
+
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	slot->dboid = db->oid;
+	slot->worker_number = worker_number;
+	slot->state = RELAY_STARTING;
+	slot->pid = 0;
+	slot->procno = -1;
+	LWLockRelease(outbox_shared->lock);
+
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(bgw.bgw_library_name, "outbox_pg", BGW_MAXLEN);
+	strlcpy(bgw.bgw_function_name, "OutboxRelayMain", BGW_MAXLEN);
+	snprintf(bgw.bgw_name, BGW_MAXLEN, "outbox_pg relay %d for database \"%s\"",
+			 worker_number, db->name);
+	strlcpy(bgw.bgw_type, "outbox_pg relay", BGW_MAXLEN);
+	bgw.bgw_main_arg = Int32GetDatum(i);
+	bgw.bgw_notify_pid = MyProcPid;
+
+	if (!RegisterDynamicBackgroundWorker(&bgw, &handles[i]))
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		handles[i] = NULL;
+		slot->state = RELAY_STOPPED;
+		slot->retry_after = TimestampTzPlusMilliseconds(now, 5000);
+		if (TimestampDifferenceExceeds(last_no_slot_warning, now, 60000))
+		{
+			ereport(WARNING,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("could not start an outbox_pg relay for database \"%s\"",
+							db->name),
+					 errdetail("All background worker slots are in use."),
+					 errhint("Raise max_worker_processes, or lower outbox.workers_per_database.")));
+			last_no_slot_warning = now;
+		}
+	}
+}
+
+/*
+ * One pass: reap stopped relays, start missing ones, stop unwanted ones.
+ */
+static void
+launcher_reconcile(LauncherDatabase *dbs, int ndbs)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	Oid			wanted = outbox_shared->launcher_wanted_db;
+
+	outbox_shared->launcher_wanted_db = InvalidOid;
+
+	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
+	{
+		RelaySlot  *slot = &outbox_shared->slots[i];
+		bool		keep = false;
+
+		if (!OidIsValid(slot->dboid))
+			continue;
+		for (int d = 0; d < ndbs; d++)
+			if (dbs[d].oid == slot->dboid &&
+				slot->worker_number < outbox_workers_per_database)
+				keep = true;
+
+		if (slot_is_running(i))
+		{
+			if (!keep && handles[i] != NULL)
+				TerminateBackgroundWorker(handles[i]);
+			continue;
+		}
+
+		/* stopped: note how it ended, then free or schedule a restart */
+		if (handles[i] != NULL)
+		{
+			handles[i] = NULL;
+			if (slot->state == RELAY_NO_EXTENSION)
+			{
+				failures[i] = 0;
+				slot->retry_after = TimestampTzPlusMilliseconds(now,
+																outbox_discovery_interval * 1000);
+			}
+			else
+			{
+				/* a relay that ran for a while starts over at 0.5 s; up to 32 s */
+				if (TimestampDifferenceExceeds(slot->started_at, now, 60000))
+					failures[i] = 0;
+				failures[i] = Min(failures[i] + 1, 7);
+				slot->retry_after = TimestampTzPlusMilliseconds(now,
+																250 << failures[i]);
+			}
+		}
+		if (slot->dboid == wanted)
+			slot->retry_after = 0;
+		if (!keep)
+		{
+			LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+			slot->dboid = InvalidOid;
+			slot->state = RELAY_FREE;
+			LWLockRelease(outbox_shared->lock);
+			failures[i] = 0;
+		}
+	}
+
+	/* start what is missing */
+	for (int d = 0; d < ndbs; d++)
+	{
+		for (int w = 0; w < outbox_workers_per_database; w++)
+		{
+			int			found = -1;
+			int			free_slot = -1;
+
+			for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
+			{
+				RelaySlot  *slot = &outbox_shared->slots[i];
+
+				if (slot->dboid == dbs[d].oid && slot->worker_number == w)
+					found = i;
+				else if (!OidIsValid(slot->dboid) && free_slot < 0 &&
+						 handles[i] == NULL)
+					free_slot = i;
+			}
+			if (found >= 0)
+			{
+				RelaySlot  *slot = &outbox_shared->slots[found];
+
+				if (dbs[d].oid == wanted)
+					slot->retry_after = 0;
+				if (!slot_is_running(found) && slot->retry_after <= now)
+					launcher_start_relay(found, &dbs[d], w);
+			}
+			else if (free_slot >= 0)
+				launcher_start_relay(free_slot, &dbs[d], w);
+		}
+	}
+}
+
+void
+OutboxLauncherMain(Datum main_arg)
+{
+	MemoryContext pass_context;
+	TimestampTz last_list = 0;
+	LauncherDatabase *dbs = NULL;
+	int			ndbs = 0;
+	MemoryContext list_context;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname("outbox_pg launcher");
+
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	outbox_shared->launcher_pid = MyProcPid;
+	outbox_shared->launcher_procno = MyProc->pgprocno;
+	LWLockRelease(outbox_shared->lock);
+	before_shmem_exit(launcher_on_exit, (Datum) 0);
+
+	pass_context = AllocSetContextCreate(TopMemoryContext,
+										 "outbox_pg launcher pass",
+										 ALLOCSET_DEFAULT_SIZES);
+	list_context = AllocSetContextCreate(TopMemoryContext,
+										 "outbox_pg launcher databases",
+										 ALLOCSET_SMALL_SIZES);
+
+	for (;;)
+	{
+		TimestampTz now;
+		MemoryContext old;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			last_list = 0;
+		}
+
+		now = GetCurrentTimestamp();
+		if (OidIsValid(outbox_shared->launcher_wanted_db) ||
+			TimestampDifferenceExceeds(last_list, now,
+									   outbox_discovery_interval * 1000))
+		{
+			MemoryContextReset(list_context);
+			old = MemoryContextSwitchTo(list_context);
+			dbs = launcher_list_databases(&ndbs);
+			MemoryContextSwitchTo(old);
+			last_list = now;
+		}
+
+		old = MemoryContextSwitchTo(pass_context);
+		launcher_reconcile(dbs, ndbs);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(pass_context);
+
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1000L,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}

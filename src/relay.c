@@ -1,0 +1,936 @@
+/*-------------------------------------------------------------------------
+ *
+ * relay.c
+ *		  The relay worker: lease due events, deliver them, record results.
+ *
+ * Protocol (at-least-once):
+ *
+ *	1. Lease, in a short transaction: outbox._lease() picks due pending
+ *	   rows of one destination with FOR UPDATE SKIP LOCKED, counts the
+ *	   attempt and pushes next_attempt_at out by the lease time, then the
+ *	   transaction commits.  Other workers skip the rows while the
+ *	   transaction runs and ignore them afterwards because they are no
+ *	   longer due.  No transaction stays open while HTTP runs.
+ *	2. Send, with no transaction open: every leased event becomes a request
+ *	   on the curl multi handle (http.c); requests run concurrently and the
+ *	   loop keeps leasing for destinations with free capacity, so a slow
+ *	   destination never holds up a healthy one.
+ *	3. Record, in a short transaction per group of completions:
+ *	   acknowledged rows become published; failed rows get their next
+ *	   attempt time or go to the dead letters.
+ *
+ * A worker that dies anywhere after step 1 leaves its rows leased; when
+ * the lease runs out they are due again and another worker (or this one,
+ * restarted) sends them again, with the same message id.  Rows are never
+ * marked published before the destination acknowledged them.
+ *
+ * Each lease counts as an attempt, so a message that kills the worker
+ * every time still runs out of attempts instead of crash-looping it.
+ *
+ * Per destination the worker keeps an in-flight count (capped by
+ * max_concurrency) and a circuit breaker: after 5 consecutive transient
+ * failures no more events of that destination are leased for a pause
+ * that doubles up to a minute, then a single probe goes out.
+ *
+ * Memory: each event lives in its own small memory context, deleted
+ * after its result is recorded; everything else per cycle is reset every
+ * loop.  Errors inside a cycle are caught, logged, shown in the worker's
+ * slot, and followed by a pause; they never restart the worker.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/relay.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "commands/extension.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "nodes/makefuncs.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lmgr.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "outbox_pg.h"
+
+#define CIRCUIT_THRESHOLD		5
+#define CIRCUIT_MAX_OPEN_MS		60000
+#define RETRY_AFTER_MAX_MS		3600000
+#define ROUTE_INTERVAL_MS		5000
+#define ERROR_PAUSE_MS			1000
+
+/* Per-destination state that outlives a cycle; hash entry keyed by name. */
+typedef struct RelayDestination
+{
+	char		name[NAMEDATALEN];	/* key */
+	int			in_flight;
+	int			consecutive_failures;
+	TimestampTz circuit_open_until;
+	bool		circuit_open;
+
+	/* configuration, refreshed at every lease step */
+	bool		present;
+	bool		paused;
+	int			max_concurrency;
+} RelayDestination;
+
+/* The configuration one lease step reads, in cycle memory. */
+typedef struct DestinationConfig
+{
+	char	   *name;
+	char	   *url;
+	bool		paused;
+	int			timeout_ms;
+	int			max_concurrency;
+	int			max_attempts;
+	int			backoff_base_ms;
+	int			backoff_max_ms;
+	double		max_age_secs;
+	WebhookTarget target;
+} DestinationConfig;
+
+/* One leased event, in its own memory context until recorded. */
+typedef struct RelayEvent
+{
+	MemoryContext context;
+	RelayDestination *dest;
+	pg_uuid_t	id;
+	int			attempts;
+	double		age_secs;
+	int			max_attempts;
+	int			backoff_base_ms;
+	int			backoff_max_ms;
+	double		max_age_secs;
+	char	   *url;
+	char	   *body;
+	HttpRequest req;			/* req.owner: see relay_event_of() */
+} RelayEvent;
+
+static RelaySlot *my_slot = NULL;
+static HTAB *destinations = NULL;
+static HttpClient *http = NULL;
+static MemoryContext events_context = NULL;
+static MemoryContext cycle_context = NULL;
+static char *database_name = NULL;
+static int	total_in_flight = 0;
+static pg_prng_state prng;
+static char last_logged_error[OUTBOX_ERROR_LEN];
+static TimestampTz last_logged_at = 0;
+
+static SPIPlanPtr destinations_plan = NULL;
+static SPIPlanPtr lease_plan = NULL;
+static SPIPlanPtr ack_plan = NULL;
+static SPIPlanPtr retry_plan = NULL;
+static SPIPlanPtr dead_plan = NULL;
+static SPIPlanPtr route_plan = NULL;
+
+static RelayEvent *
+relay_event_of(HttpRequest *req)
+{
+	return (RelayEvent *) ((char *) req - offsetof(RelayEvent, req));
+}
+
+static void
+relay_on_exit(int code, Datum arg)
+{
+	if (my_slot == NULL)
+		return;
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	my_slot->pid = 0;
+	my_slot->procno = -1;
+	my_slot->in_flight = 0;
+	if (my_slot->state != RELAY_NO_EXTENSION)
+		my_slot->state = RELAY_STOPPED;
+	LWLockRelease(outbox_shared->lock);
+}
+
+static SPIPlanPtr
+relay_prepare(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "could not prepare relay statement: %s",
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "could not keep relay statement");
+	return plan;
+}
+
+static void
+relay_prepare_plans(void)
+{
+	if (destinations_plan == NULL)
+		destinations_plan = relay_prepare(
+										  "SELECT name, url, paused, timeout_ms, max_concurrency, max_attempts,"
+										  " backoff_base_ms, backoff_max_ms,"
+										  " extract(epoch FROM max_age)::float8, format, headers,"
+										  " signing_secrets, bearer_token, options ->> 'source'"
+										  " FROM outbox.destinations WHERE kind = 'webhook'",
+										  0, NULL);
+	if (lease_plan == NULL)
+	{
+		Oid			types[3] = {INT4OID, INTERVALOID, TEXTOID};
+
+		lease_plan = relay_prepare(
+								   "SELECT id, type, aggregate_id, payload::text, headers, traceparent,"
+								   " to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
+								   " attempts, extract(epoch FROM now() - created_at)::float8"
+								   " FROM outbox._lease($1, $2, $3)",
+								   3, types);
+	}
+	if (ack_plan == NULL)
+	{
+		Oid			types[2] = {UUIDARRAYOID, INT4ARRAYOID};
+
+		ack_plan = relay_prepare("SELECT outbox._ack($1, $2)", 2, types);
+	}
+	if (retry_plan == NULL)
+	{
+		Oid			types[4] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+
+		retry_plan = relay_prepare("SELECT outbox._retry($1, $2, $3, $4)", 4, types);
+	}
+	if (dead_plan == NULL)
+	{
+		Oid			types[3] = {UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+
+		dead_plan = relay_prepare("SELECT outbox._dead($1, $2, $3)", 3, types);
+	}
+	if (route_plan == NULL)
+		route_plan = relay_prepare("SELECT outbox._route_pending()", 0, NULL);
+}
+
+/*
+ * Start a transaction and check that the extension is installed and its
+ * events table is not locked away (DROP EXTENSION in progress).  Returns
+ * false, with the transaction still open, when the cycle should be
+ * skipped; sets *missing when the extension is not there at all.
+ */
+static bool
+relay_begin(bool *missing)
+{
+	RangeVar   *rv;
+	Oid			relid;
+
+	*missing = false;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	if (!OidIsValid(get_extension_oid("outbox_pg", true)))
+	{
+		*missing = true;
+		return false;
+	}
+	rv = makeRangeVar(OUTBOX_SCHEMA, OUTBOX_EVENTS_TABLE, -1);
+	relid = RangeVarGetRelidExtended(rv, RowExclusiveLock,
+									 RVR_MISSING_OK | RVR_SKIP_LOCKED,
+									 NULL, NULL);
+	if (!OidIsValid(relid))
+		return false;
+	relay_prepare_plans();
+	return true;
+}
+
+static void
+relay_commit(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+}
+
+static char *
+spi_text(HeapTuple tup, TupleDesc desc, int col)
+{
+	return SPI_getvalue(tup, desc, col);
+}
+
+/* "Name: value" lines from a jsonb object of strings. */
+static List *
+relay_header_lines(Datum jsonb_datum)
+{
+	Jsonb	   *jb = DatumGetJsonbP(jsonb_datum);
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	List	   *lines = NIL;
+	char	   *key = NULL;
+
+	if (!JB_ROOT_IS_OBJECT(jb))
+		return NIL;
+	it = JsonbIteratorInit(&jb->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+			key = pnstrdup(v.val.string.val, v.val.string.len);
+		else if (tok == WJB_VALUE && key != NULL && v.type == jbvString)
+			lines = lappend(lines, psprintf("%s: %.*s", key,
+											v.val.string.len, v.val.string.val));
+	}
+	return lines;
+}
+
+/*
+ * Read outbox.destinations into cycle memory and refresh the persistent
+ * per-destination state.
+ */
+static List *
+relay_load_destinations(void)
+{
+	List	   *result = NIL;
+	HASH_SEQ_STATUS seq;
+	RelayDestination *rd;
+
+	if (SPI_execute_plan(destinations_plan, NULL, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read outbox.destinations");
+
+	hash_seq_init(&seq, destinations);
+	while ((rd = hash_seq_search(&seq)) != NULL)
+		rd->present = false;
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		DestinationConfig *d;
+		MemoryContext old = MemoryContextSwitchTo(cycle_context);
+		bool		isnull;
+		Datum		secrets;
+		bool		found;
+		char	   *format;
+
+		d = palloc0(sizeof(DestinationConfig));
+		d->name = spi_text(tup, desc, 1);
+		d->url = spi_text(tup, desc, 2);
+		d->paused = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+		d->timeout_ms = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
+		d->max_concurrency = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+		d->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+		d->backoff_base_ms = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+		d->backoff_max_ms = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+		d->max_age_secs = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
+		format = spi_text(tup, desc, 10);
+		d->target.structured = (format && strcmp(format, "structured") == 0);
+		d->target.headers = relay_header_lines(SPI_getbinval(tup, desc, 11, &isnull));
+		secrets = SPI_getbinval(tup, desc, 12, &isnull);
+		if (!isnull)
+		{
+			ArrayType  *arr = DatumGetArrayTypeP(secrets);
+			Datum	   *elems;
+			bool	   *nulls;
+			int			n;
+
+			deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT,
+							  &elems, &nulls, &n);
+			for (int k = 0; k < n; k++)
+			{
+				StringInfo	key = makeStringInfo();
+
+				if (nulls[k])
+					continue;
+				if (OutboxDecodeSigningSecret(TextDatumGetCString(elems[k]), key))
+					d->target.signing_keys = lappend(d->target.signing_keys, key);
+				else
+					ereport(WARNING,
+							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							 errmsg("signing secret %d of destination \"%s\" is not valid base64; it is ignored",
+									k + 1, d->name),
+							 errhint("A Standard Webhooks secret is \"whsec_\" followed by base64.")));
+			}
+		}
+		d->target.bearer_token = spi_text(tup, desc, 13);
+		d->target.source = spi_text(tup, desc, 14);
+		if (d->target.source == NULL)
+			d->target.source = psprintf("urn:outbox_pg:%s", database_name);
+		MemoryContextSwitchTo(old);
+
+		rd = hash_search(destinations, d->name, HASH_ENTER, &found);
+		if (!found)
+		{
+			rd->in_flight = 0;
+			rd->consecutive_failures = 0;
+			rd->circuit_open_until = 0;
+			rd->circuit_open = false;
+		}
+		rd->present = true;
+		rd->paused = d->paused;
+		rd->max_concurrency = d->max_concurrency;
+
+		old = MemoryContextSwitchTo(cycle_context);
+		result = lappend(result, d);
+		MemoryContextSwitchTo(old);
+	}
+	return result;
+}
+
+/*
+ * How many events of this destination may be leased now.
+ */
+static int
+relay_capacity(RelayDestination *rd, TimestampTz now)
+{
+	int			free_slots;
+
+	if (rd->paused)
+		return 0;
+	free_slots = Min(rd->max_concurrency - rd->in_flight,
+					 outbox_batch_size - total_in_flight);
+	if (free_slots <= 0)
+		return 0;
+	if (rd->circuit_open)
+	{
+		if (now < rd->circuit_open_until || rd->in_flight > 0)
+			return 0;
+		return 1;				/* half-open: one probe */
+	}
+	return free_slots;
+}
+
+/*
+ * Lease due events of every destination with free capacity and turn them
+ * into requests (started after the commit).  Returns the events leased.
+ */
+static List *
+relay_lease(List *dests, bool *drained)
+{
+	List	   *leased = NIL;
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+	int			lease_ms = 30000;
+	Interval   *lease;
+
+	*drained = true;
+	foreach(lc, dests)
+	{
+		DestinationConfig *d = lfirst(lc);
+
+		lease_ms = Max(lease_ms, d->timeout_ms * 2 + 30000);
+	}
+	lease = MemoryContextAllocZero(cycle_context, sizeof(Interval));
+	lease->time = (int64) lease_ms * 1000;
+
+	foreach(lc, dests)
+	{
+		DestinationConfig *d = lfirst(lc);
+		RelayDestination *rd = hash_search(destinations, d->name, HASH_FIND, NULL);
+		int			want = relay_capacity(rd, now);
+		Datum		args[3];
+
+		if (want <= 0)
+			continue;
+		args[0] = Int32GetDatum(want);
+		args[1] = IntervalPGetDatum(lease);
+		args[2] = CStringGetTextDatum(d->name);
+		if (SPI_execute_plan(lease_plan, args, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not lease events");
+		if (SPI_processed >= (uint64) want)
+			*drained = false;
+
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[i];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			MemoryContext cxt;
+			MemoryContext old;
+			RelayEvent *ev;
+			WebhookEvent wev;
+			bool		isnull;
+			Datum		hdrs;
+
+			cxt = AllocSetContextCreate(events_context, "outbox_pg event",
+										ALLOCSET_SMALL_SIZES);
+			old = MemoryContextSwitchTo(cxt);
+			ev = palloc0(sizeof(RelayEvent));
+			ev->context = cxt;
+			ev->dest = rd;
+			memcpy(&ev->id, DatumGetUUIDP(SPI_getbinval(tup, desc, 1, &isnull)),
+				   sizeof(pg_uuid_t));
+			ev->attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+			ev->age_secs = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
+			ev->max_attempts = d->max_attempts;
+			ev->backoff_base_ms = d->backoff_base_ms;
+			ev->backoff_max_ms = d->backoff_max_ms;
+			ev->max_age_secs = d->max_age_secs;
+			ev->url = pstrdup(d->url);
+
+			memset(&wev, 0, sizeof(wev));
+			wev.id = spi_text(tup, desc, 1);
+			wev.type = spi_text(tup, desc, 2);
+			wev.aggregate_id = spi_text(tup, desc, 3);
+			wev.payload = spi_text(tup, desc, 4);
+			hdrs = SPI_getbinval(tup, desc, 5, &isnull);
+			if (!isnull)
+				wev.extra_headers = relay_header_lines(hdrs);
+			wev.traceparent = spi_text(tup, desc, 6);
+			wev.time = spi_text(tup, desc, 7);
+
+			ev->req.url = ev->url;
+			ev->req.timeout_ms = d->timeout_ms;
+			OutboxBuildWebhook(&wev, &d->target, &ev->req, &ev->body);
+			MemoryContextSwitchTo(old);
+
+			rd->in_flight++;
+			total_in_flight++;
+
+			/*
+			 * SPI calls leave CurrentMemoryContext in SPI's own (transaction)
+			 * memory; the list must outlive the transaction.
+			 */
+			old = MemoryContextSwitchTo(events_context);
+			leased = lappend(leased, ev);
+			MemoryContextSwitchTo(old);
+		}
+	}
+	return leased;
+}
+
+static void
+relay_free_event(RelayEvent *ev)
+{
+	if (ev->req.easy != NULL)
+		elog(PANIC, "outbox_pg: freeing event %p still in flight", ev);
+	ev->req.magic = 0;
+	if (ev->req.headers)
+		curl_slist_free_all(ev->req.headers);
+	ev->req.headers = NULL;
+	ev->dest->in_flight--;
+	total_in_flight--;
+	MemoryContextDelete(ev->context);
+}
+
+static void
+relay_note_destination(RelayDestination *rd, bool failed)
+{
+	if (!failed)
+	{
+		if (rd->circuit_open)
+			ereport(LOG,
+					(errmsg("outbox_pg destination \"%s\" is healthy again; circuit closed",
+							rd->name)));
+		rd->consecutive_failures = 0;
+		rd->circuit_open = false;
+		return;
+	}
+	rd->consecutive_failures++;
+	if (rd->consecutive_failures >= CIRCUIT_THRESHOLD)
+	{
+		int			shift = Min(rd->consecutive_failures - CIRCUIT_THRESHOLD, 6);
+		int			pause_ms = Min(CIRCUIT_MAX_OPEN_MS, 1000 << shift);
+
+		if (!rd->circuit_open)
+			ereport(LOG,
+					(errmsg("outbox_pg destination \"%s\" failed %d times in a row; circuit opened",
+							rd->name, rd->consecutive_failures),
+					 errhint("Events for it wait; other destinations are not affected. See outbox.events.last_error.")));
+		rd->circuit_open = true;
+		rd->circuit_open_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															 pause_ms);
+	}
+}
+
+static char *
+relay_error_text(HttpRequest *req)
+{
+	if (req->curl_code != CURLE_OK || req->refused)
+		return pstrdup(req->error[0] ? req->error : "request failed");
+	if (req->status >= 300 && req->status < 400)
+		return psprintf("HTTP %d: redirects are not followed", req->status);
+	if (req->response_len > 0)
+		return psprintf("HTTP %d: %s", req->status, req->response);
+	return psprintf("HTTP %d", req->status);
+}
+
+/*
+ * Record the results of completed requests in one transaction.
+ */
+static void
+relay_record(List *done)
+{
+	ListCell   *lc;
+	int			n = list_length(done);
+	Datum	   *ack_ids = palloc(n * sizeof(Datum));
+	Datum	   *ack_status = palloc(n * sizeof(Datum));
+	Datum	   *retry_ids = palloc(n * sizeof(Datum));
+	Datum	   *retry_at = palloc(n * sizeof(Datum));
+	Datum	   *retry_status = palloc(n * sizeof(Datum));
+	bool	   *retry_status_null = palloc(n * sizeof(bool));
+	Datum	   *retry_error = palloc(n * sizeof(Datum));
+	Datum	   *dead_ids = palloc(n * sizeof(Datum));
+	Datum	   *dead_status = palloc(n * sizeof(Datum));
+	bool	   *dead_status_null = palloc(n * sizeof(bool));
+	Datum	   *dead_error = palloc(n * sizeof(Datum));
+	int			nack = 0,
+				nretry = 0,
+				ndead = 0;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		missing;
+	int			dims[1];
+	int			lbs[1] = {1};
+
+	foreach(lc, done)
+	{
+		RelayEvent *ev = lfirst(lc);
+		HttpRequest *req = &ev->req;
+		DeliveryOutcome outcome;
+		pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
+
+		memcpy(id, &ev->id, sizeof(pg_uuid_t));
+		outcome = OutboxClassifyResponse(req->status, req->curl_code, req->refused);
+		if (req->response_too_large)
+			outcome = OUTCOME_RETRY;
+		relay_note_destination(ev->dest,
+							   outcome != OUTCOME_ACK &&
+							   (req->response_too_large || req->refused ||
+								OutboxIsDestinationFailure(req->status, req->curl_code)));
+
+		if (outcome == OUTCOME_RETRY &&
+			(ev->attempts >= ev->max_attempts || ev->age_secs >= ev->max_age_secs))
+			outcome = OUTCOME_DEAD;
+
+		switch (outcome)
+		{
+			case OUTCOME_ACK:
+				ack_ids[nack] = UUIDPGetDatum(id);
+				ack_status[nack] = Int32GetDatum(req->status);
+				nack++;
+				break;
+			case OUTCOME_RETRY:
+				{
+					int64		delay = OutboxBackoffDelayMs(ev->attempts,
+															 ev->backoff_base_ms,
+															 ev->backoff_max_ms,
+															 pg_prng_double(&prng));
+
+					if (req->retry_after_secs >= 0)
+						delay = Max(delay, Min((int64) req->retry_after_secs * 1000,
+											   RETRY_AFTER_MAX_MS));
+					retry_ids[nretry] = UUIDPGetDatum(id);
+					retry_at[nretry] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
+					retry_status[nretry] = Int32GetDatum(req->status);
+					retry_status_null[nretry] = (req->status == 0);
+					retry_error[nretry] = CStringGetTextDatum(relay_error_text(req));
+					nretry++;
+				}
+				break;
+			case OUTCOME_DEAD:
+				dead_ids[ndead] = UUIDPGetDatum(id);
+				dead_status[ndead] = Int32GetDatum(req->status);
+				dead_status_null[ndead] = (req->status == 0);
+				dead_error[ndead] = CStringGetTextDatum(relay_error_text(req));
+				ndead++;
+				break;
+		}
+	}
+
+	if (!relay_begin(&missing))
+	{
+		/* extension gone or being dropped: the rows are gone or leased */
+		relay_commit();
+		return;
+	}
+	if (nack > 0)
+	{
+		Datum		args[2];
+
+		args[0] = PointerGetDatum(construct_array(ack_ids, nack, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+		args[1] = PointerGetDatum(construct_array(ack_status, nack, INT4OID, 4, true, TYPALIGN_INT));
+		if (SPI_execute_plan(ack_plan, args, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not record acknowledged events");
+	}
+	if (nretry > 0)
+	{
+		Datum		args[4];
+
+		dims[0] = nretry;
+		args[0] = PointerGetDatum(construct_array(retry_ids, nretry, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+		args[1] = PointerGetDatum(construct_array(retry_at, nretry, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		args[2] = PointerGetDatum(construct_md_array(retry_status, retry_status_null, 1, dims, lbs, INT4OID, 4, true, TYPALIGN_INT));
+		args[3] = PointerGetDatum(construct_array(retry_error, nretry, TEXTOID, -1, false, TYPALIGN_INT));
+		if (SPI_execute_plan(retry_plan, args, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not record failed events");
+	}
+	if (ndead > 0)
+	{
+		Datum		args[3];
+
+		dims[0] = ndead;
+		args[0] = PointerGetDatum(construct_array(dead_ids, ndead, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+		args[1] = PointerGetDatum(construct_md_array(dead_status, dead_status_null, 1, dims, lbs, INT4OID, 4, true, TYPALIGN_INT));
+		args[2] = PointerGetDatum(construct_array(dead_error, ndead, TEXTOID, -1, false, TYPALIGN_INT));
+		if (SPI_execute_plan(dead_plan, args, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not record dead-lettered events");
+	}
+	relay_commit();
+
+	pg_atomic_fetch_add_u64(&my_slot->published, nack);
+	pg_atomic_fetch_add_u64(&my_slot->failed, nretry + ndead);
+}
+
+static void
+relay_set_state(RelayState state, const char *activity)
+{
+	if (my_slot->state != state)
+		OutboxSlotSetState(my_slot, state);
+	my_slot->in_flight = total_in_flight;
+	my_slot->last_cycle_at = GetCurrentTimestamp();
+	pgstat_report_activity(state == RELAY_IDLE ? STATE_IDLE : STATE_RUNNING,
+						   activity);
+}
+
+void
+OutboxRelayMain(Datum main_arg)
+{
+	int			slot_index = DatumGetInt32(main_arg);
+	volatile bool need_lease = true;
+	volatile TimestampTz last_poll = 0;
+	volatile TimestampTz last_route = 0;
+	HASHCTL		ctl;
+	List	   *volatile pending_done = NIL;
+	List	   *volatile leased = NIL;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	if (slot_index < 0 || slot_index >= OUTBOX_MAX_RELAYS)
+		elog(ERROR, "invalid relay slot %d", slot_index);
+	my_slot = &outbox_shared->slots[slot_index];
+
+	BackgroundWorkerInitializeConnectionByOid(my_slot->dboid, InvalidOid, 0);
+
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	my_slot->pid = MyProcPid;
+	my_slot->procno = MyProc->pgprocno;
+	my_slot->started_at = GetCurrentTimestamp();
+	my_slot->state = RELAY_STARTING;
+	my_slot->in_flight = 0;
+	my_slot->last_error[0] = '\0';
+	LWLockRelease(outbox_shared->lock);
+	before_shmem_exit(relay_on_exit, (Datum) 0);
+
+	pgstat_report_appname("outbox_pg relay");
+	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("application_name", "outbox_pg relay", PGC_USERSET, PGC_S_OVERRIDE);
+
+	/*
+	 * The relay's own commits need not wait for the WAL flush: a lease lost
+	 * in a crash leaves its rows due (sent again), and a lost result means
+	 * the event is sent again after its lease.  Either way at-least-once
+	 * holds, and each cycle saves a disk flush.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	pg_prng_seed(&prng, (uint64) MyProcPid ^ (uint64) GetCurrentTimestamp());
+
+	StartTransactionCommand();
+	database_name = MemoryContextStrdup(TopMemoryContext,
+										get_database_name(MyDatabaseId));
+	CommitTransactionCommand();
+
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_SYSTEM_ERROR),
+				 errmsg("could not initialize libcurl")));
+	http = HttpClientCreate();
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = NAMEDATALEN;
+	ctl.entrysize = sizeof(RelayDestination);
+	destinations = hash_create("outbox_pg destinations", 16, &ctl,
+							   HASH_ELEM | HASH_STRINGS);
+	events_context = AllocSetContextCreate(TopMemoryContext,
+										   "outbox_pg events",
+										   ALLOCSET_DEFAULT_SIZES);
+	cycle_context = AllocSetContextCreate(TopMemoryContext,
+										  "outbox_pg relay cycle",
+										  ALLOCSET_DEFAULT_SIZES);
+
+	ereport(LOG,
+			(errmsg("outbox_pg relay %d started for database \"%s\"",
+					my_slot->worker_number, database_name)));
+
+	for (;;)
+	{
+		TimestampTz now;
+		long		wait_ms;
+		bool		woken = false;
+		HttpRequest *done;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		now = GetCurrentTimestamp();
+		if (TimestampDifferenceExceeds(last_poll, now, outbox_poll_interval))
+			need_lease = true;
+
+		PG_TRY();
+		{
+			MemoryContext old = MemoryContextSwitchTo(cycle_context);
+
+			/* record what completed */
+			if (pending_done != NIL)
+			{
+				ListCell   *lc;
+
+				relay_set_state(RELAY_WORKING, "recording results");
+				relay_record(pending_done);
+				foreach(lc, pending_done)
+					relay_free_event(lfirst(lc));
+				list_free(pending_done);
+				pending_done = NIL;
+			}
+
+			/* lease and start more */
+			if (need_lease && total_in_flight < outbox_batch_size)
+			{
+				bool		missing;
+				bool		drained = true;
+				ListCell   *lc;
+
+				relay_set_state(RELAY_WORKING, "leasing events");
+				if (relay_begin(&missing))
+				{
+					List	   *dests = relay_load_destinations();
+
+					if (my_slot->worker_number == 0 &&
+						TimestampDifferenceExceeds(last_route, now, ROUTE_INTERVAL_MS))
+					{
+						if (SPI_execute_plan(route_plan, NULL, NULL, false, 0) != SPI_OK_SELECT)
+							elog(ERROR, "could not route pending events");
+						last_route = now;
+					}
+					MemoryContextSwitchTo(events_context);
+					leased = relay_lease(dests, &drained);
+					MemoryContextSwitchTo(cycle_context);
+				}
+				relay_commit();
+				if (missing && total_in_flight == 0)
+				{
+					OutboxSlotSetState(my_slot, RELAY_NO_EXTENSION);
+					ereport(LOG,
+							(errmsg("outbox_pg relay for database \"%s\" is exiting: the extension is not installed",
+									database_name),
+							 errhint("Run CREATE EXTENSION outbox_pg in that database; a relay starts by itself after the first emit().")));
+					proc_exit(0);
+				}
+				foreach(lc, leased)
+				{
+					RelayEvent *ev = lfirst(lc);
+
+					HttpClientStart(http, &ev->req);
+				}
+				list_free(leased);
+				leased = NIL;
+				need_lease = !drained;
+				if (drained)
+					last_poll = now;
+			}
+			MemoryContextSwitchTo(old);
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+			ListCell   *lc;
+			bool		repeated;
+
+			MemoryContextSwitchTo(TopMemoryContext);
+			edata = CopyErrorData();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			OutboxSlotSetError(my_slot, edata->message);
+			OutboxSlotSetState(my_slot, RELAY_ERROR);
+			/* the same error again within a minute is not logged again */
+			now = GetCurrentTimestamp();
+			repeated = (strcmp(last_logged_error, edata->message) == 0 &&
+						!TimestampDifferenceExceeds(last_logged_at, now, 60000));
+			strlcpy(last_logged_error, edata->message, sizeof(last_logged_error));
+			if (!repeated)
+				last_logged_at = now;
+			ereport(repeated ? DEBUG1 : LOG,
+					(errmsg("outbox_pg relay for database \"%s\" failed a cycle: %s",
+							database_name, edata->message),
+					 errhint("Leased events are sent again when their lease runs out. Retrying in %d ms.",
+							 ERROR_PAUSE_MS)));
+			FreeErrorData(edata);
+			/* results not recorded are re-sent after their lease */
+			foreach(lc, pending_done)
+				relay_free_event(lfirst(lc));
+			list_free(pending_done);
+			pending_done = NIL;
+			/* leased but never started: their lease was rolled back */
+			foreach(lc, leased)
+				relay_free_event(lfirst(lc));
+			list_free(leased);
+			leased = NIL;
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 ERROR_PAUSE_MS, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			need_lease = true;
+		}
+		PG_END_TRY();
+		MemoryContextReset(cycle_context);
+
+		/* send and wait */
+		if (total_in_flight == 0)
+			relay_set_state(RELAY_IDLE, "waiting for events");
+		else
+			relay_set_state(RELAY_WORKING, "sending");
+
+		now = GetCurrentTimestamp();
+		if (need_lease && total_in_flight < outbox_batch_size)
+			wait_ms = 0;
+		else
+		{
+			wait_ms = outbox_poll_interval -
+				(long) ((now - last_poll) / 1000);
+			wait_ms = Max(wait_ms, 0);
+			if (total_in_flight > 0)
+				wait_ms = Min(wait_ms, 100);
+		}
+		MemoryContextSwitchTo(cycle_context);
+		done = HttpClientWait(http, wait_ms, &woken);
+		if (woken)
+			need_lease = true;
+		MemoryContextSwitchTo(events_context);
+		while (done != NULL)
+		{
+			HttpRequest *next = done->next_done;
+
+			pending_done = lappend(pending_done, relay_event_of(done));
+			done = next;
+		}
+		MemoryContextSwitchTo(TopMemoryContext);
+		if (pending_done != NIL)
+			need_lease = true;
+	}
+}

@@ -1,0 +1,137 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *		  Shared state of the launcher and the relay workers.
+ *
+ * One fixed array of relay slots lives in shared memory.  The launcher
+ * assigns a slot to each (database, worker number) it starts; the worker
+ * fills in its pid and procno when it runs and clears them at exit.  A
+ * slot holds only plain values and atomics: ids, a state, counters,
+ * timestamps and a short last-error text — never pointers.
+ *
+ * Locking: the slot array is protected by one LWLock.  Writers (the
+ * launcher assigning, a worker starting or stopping, a worker updating
+ * its state) take it exclusively; the monitoring functions share it.  The
+ * commit wake-up (wake.c) reads dboid/procno without the lock: a torn or
+ * stale read can only cause a spurious or a missed wake-up, and the poll
+ * interval covers a missed one.  Counters are atomics, so a worker never
+ * takes the lock per event.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/shmem.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+
+#include "outbox_pg.h"
+
+OutboxShared *outbox_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void
+outbox_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(OutboxShared)));
+	RequestNamedLWLockTranche("outbox_pg", 1);
+}
+
+static void
+outbox_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	outbox_shared = ShmemInitStruct("outbox_pg", sizeof(OutboxShared), &found);
+	if (!found)
+	{
+		memset(outbox_shared, 0, sizeof(OutboxShared));
+		outbox_shared->lock = &(GetNamedLWLockTranche("outbox_pg"))->lock;
+		outbox_shared->launcher_procno = -1;
+		for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
+		{
+			outbox_shared->slots[i].procno = -1;
+			pg_atomic_init_u64(&outbox_shared->slots[i].published, 0);
+			pg_atomic_init_u64(&outbox_shared->slots[i].failed, 0);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+OutboxShmemInit(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = outbox_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = outbox_shmem_startup;
+}
+
+/*
+ * Set the latch of a process by its procno; safe in a commit callback
+ * (no allocation, no error).
+ */
+void
+OutboxSetLatchByProcno(int procno)
+{
+	if (procno >= 0 && procno < (int) ProcGlobal->allProcCount)
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+}
+
+/*
+ * Record a worker's state; the text is truncated to fit the slot.
+ */
+void
+OutboxSlotSetState(RelaySlot *slot, RelayState state)
+{
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	slot->state = state;
+	LWLockRelease(outbox_shared->lock);
+}
+
+void
+OutboxSlotSetError(RelaySlot *slot, const char *error)
+{
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	strlcpy(slot->last_error, error, sizeof(slot->last_error));
+	slot->last_error_at = GetCurrentTimestamp();
+	LWLockRelease(outbox_shared->lock);
+}
+
+const char *
+OutboxRelayStateName(RelayState state)
+{
+	switch (state)
+	{
+		case RELAY_FREE:
+			return "free";
+		case RELAY_STARTING:
+			return "starting";
+		case RELAY_IDLE:
+			return "idle";
+		case RELAY_WORKING:
+			return "working";
+		case RELAY_NO_EXTENSION:
+			return "no extension";
+		case RELAY_ERROR:
+			return "error";
+		case RELAY_STOPPED:
+			return "stopped";
+	}
+	return "unknown";
+}

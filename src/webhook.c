@@ -1,0 +1,262 @@
+/*-------------------------------------------------------------------------
+ *
+ * webhook.c
+ *		  The webhook wire format: CloudEvents 1.0 over HTTP, optionally
+ *		  signed the Standard Webhooks way.
+ *
+ * Binary mode (default): the body is the payload, Content-Type is
+ * application/json, and the attributes travel as ce-* headers (ce-id,
+ * ce-specversion, ce-type, ce-source, ce-subject, ce-time; no
+ * ce-datacontenttype since Content-Type carries it).  Header values are
+ * percent-encoded outside printable ASCII, and '"', '%' and space, as the
+ * CloudEvents HTTP binding asks.
+ *
+ * Structured mode: the body is the whole event as
+ * application/cloudevents+json with the payload under "data".
+ *
+ * In both modes: Idempotency-Key and ce-id are the message id; traceparent
+ * (and ce-traceparent) carry the trace context captured at emit time.
+ *
+ * Standard Webhooks: webhook-id (message id), webhook-timestamp (this
+ * attempt's Unix seconds) and webhook-signature, a space-separated list of
+ * "v1,<base64 HMAC-SHA256 of id.timestamp.body>", one per secret, so
+ * secrets can be rotated.  A secret is "whsec_" followed by base64.
+ *
+ * Everything is built before the request starts; curl copies the header
+ * list, and the body stays in the event's memory until completion.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/webhook.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <time.h>
+
+#include "common/base64.h"
+#include "common/cryptohash.h"
+#include "common/hmac.h"
+#include "common/sha2.h"
+#include "lib/stringinfo.h"
+#include "utils/json.h"
+
+#include "outbox_pg.h"
+
+static void
+append_percent_encoded(StringInfo buf, const char *value)
+{
+	static const char hex[] = "0123456789ABCDEF";
+
+	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
+	{
+		if (*p <= 0x20 || *p >= 0x7f || *p == '"' || *p == '%')
+		{
+			appendStringInfoChar(buf, '%');
+			appendStringInfoChar(buf, hex[*p >> 4]);
+			appendStringInfoChar(buf, hex[*p & 0x0f]);
+		}
+		else
+			appendStringInfoChar(buf, (char) *p);
+	}
+}
+
+static struct curl_slist *
+add_header(struct curl_slist *list, const char *line)
+{
+	struct curl_slist *grown = curl_slist_append(list, line);
+
+	/* on failure the caller still owns (and frees) the old list */
+	if (grown == NULL)
+	{
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	}
+	return grown;
+}
+
+static struct curl_slist *
+add_ce_header(struct curl_slist *list, const char *name, const char *value)
+{
+	StringInfoData line;
+
+	initStringInfo(&line);
+	appendStringInfo(&line, "%s: ", name);
+	append_percent_encoded(&line, value);
+	list = add_header(list, line.data);
+	pfree(line.data);
+	return list;
+}
+
+bool
+OutboxDecodeSigningSecret(const char *secret, StringInfo key)
+{
+	const char *b64 = secret;
+	int			len;
+	int			declen;
+
+	if (strncmp(b64, "whsec_", 6) == 0)
+		b64 += 6;
+	len = strlen(b64);
+	if (len == 0)
+		return false;
+	declen = pg_b64_dec_len(len);
+	enlargeStringInfo(key, declen + 1);
+	declen = pg_b64_decode(b64, len, key->data, declen);
+	if (declen <= 0)
+		return false;
+	key->len = declen;
+	return true;
+}
+
+static void
+append_signature(StringInfo out, const StringInfo key, const char *id,
+				 const char *timestamp, const char *body, size_t body_len)
+{
+	pg_hmac_ctx *ctx = pg_hmac_create(PG_SHA256);
+	uint8		mac[PG_SHA256_DIGEST_LENGTH];
+	char		b64[64];
+	int			n;
+
+	if (ctx == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	if (pg_hmac_init(ctx, (uint8 *) key->data, key->len) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) id, strlen(id)) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) ".", 1) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) timestamp, strlen(timestamp)) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) ".", 1) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) body, body_len) < 0 ||
+		pg_hmac_final(ctx, mac, sizeof(mac)) < 0)
+	{
+		pg_hmac_free(ctx);
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not compute a webhook signature")));
+	}
+	pg_hmac_free(ctx);
+	n = pg_b64_encode((const char *) mac, sizeof(mac), b64, sizeof(b64) - 1);
+	b64[n] = '\0';
+	if (out->len > 0)
+		appendStringInfoChar(out, ' ');
+	appendStringInfo(out, "v1,%s", b64);
+}
+
+void
+OutboxBuildWebhook(const WebhookEvent *ev, const WebhookTarget *t,
+				   HttpRequest *req, char **body)
+{
+	struct curl_slist *h = NULL;
+	StringInfoData buf;
+	ListCell   *lc;
+	size_t		body_len;
+
+	/* body */
+	if (t->structured)
+	{
+		initStringInfo(&buf);
+		appendStringInfoString(&buf, "{\"specversion\":\"1.0\",\"id\":");
+		escape_json(&buf, ev->id);
+		appendStringInfoString(&buf, ",\"source\":");
+		escape_json(&buf, t->source);
+		appendStringInfoString(&buf, ",\"type\":");
+		escape_json(&buf, ev->type);
+		if (ev->aggregate_id)
+		{
+			appendStringInfoString(&buf, ",\"subject\":");
+			escape_json(&buf, ev->aggregate_id);
+		}
+		appendStringInfoString(&buf, ",\"time\":");
+		escape_json(&buf, ev->time);
+		if (ev->traceparent)
+		{
+			appendStringInfoString(&buf, ",\"traceparent\":");
+			escape_json(&buf, ev->traceparent);
+		}
+		appendStringInfoString(&buf, ",\"datacontenttype\":\"application/json\",\"data\":");
+		appendStringInfoString(&buf, ev->payload);
+		appendStringInfoChar(&buf, '}');
+		*body = buf.data;
+		body_len = buf.len;
+	}
+	else
+	{
+		*body = (char *) ev->payload;
+		body_len = strlen(ev->payload);
+	}
+
+	PG_TRY();
+	{
+		if (t->structured)
+			h = add_header(h, "Content-Type: application/cloudevents+json; charset=utf-8");
+		else
+		{
+			h = add_header(h, "Content-Type: application/json");
+			h = add_header(h, "ce-specversion: 1.0");
+			h = add_ce_header(h, "ce-id", ev->id);
+			h = add_ce_header(h, "ce-type", ev->type);
+			h = add_ce_header(h, "ce-source", t->source);
+			if (ev->aggregate_id)
+				h = add_ce_header(h, "ce-subject", ev->aggregate_id);
+			h = add_ce_header(h, "ce-time", ev->time);
+			if (ev->traceparent)
+				h = add_ce_header(h, "ce-traceparent", ev->traceparent);
+		}
+		initStringInfo(&buf);
+		appendStringInfo(&buf, "Idempotency-Key: %s", ev->id);
+		h = add_header(h, buf.data);
+		if (ev->traceparent)
+		{
+			resetStringInfo(&buf);
+			appendStringInfo(&buf, "traceparent: %s", ev->traceparent);
+			h = add_header(h, buf.data);
+		}
+		if (t->signing_keys != NIL)
+		{
+			char		ts[32];
+			StringInfoData sigs;
+
+			snprintf(ts, sizeof(ts), "%lld", (long long) time(NULL));
+			resetStringInfo(&buf);
+			appendStringInfo(&buf, "webhook-id: %s", ev->id);
+			h = add_header(h, buf.data);
+			resetStringInfo(&buf);
+			appendStringInfo(&buf, "webhook-timestamp: %s", ts);
+			h = add_header(h, buf.data);
+			initStringInfo(&sigs);
+			foreach(lc, t->signing_keys)
+				append_signature(&sigs, (StringInfo) lfirst(lc), ev->id, ts,
+								 *body, body_len);
+			resetStringInfo(&buf);
+			appendStringInfo(&buf, "webhook-signature: %s", sigs.data);
+			h = add_header(h, buf.data);
+		}
+		if (t->bearer_token)
+		{
+			resetStringInfo(&buf);
+			appendStringInfo(&buf, "Authorization: Bearer %s", t->bearer_token);
+			h = add_header(h, buf.data);
+		}
+		foreach(lc, t->headers)
+			h = add_header(h, (char *) lfirst(lc));
+		foreach(lc, ev->extra_headers)
+			h = add_header(h, (char *) lfirst(lc));
+		/* no 100-continue round trip */
+		h = add_header(h, "Expect:");
+	}
+	PG_CATCH();
+	{
+		if (h)
+			curl_slist_free_all(h);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	req->headers = h;
+	req->body = *body;
+	req->body_len = body_len;
+}

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""A webhook sink for outbox_pg's tests, with fault modes chosen by path.
+
+Every request is appended as one JSON line to --log (flushed at once), with
+its path, headers, body, the time it arrived, and the result of verifying
+its Standard Webhooks signature and CloudEvents attributes independently
+of the relay's code.
+
+Paths (anything after the mode is free, e.g. a destination name):
+  /ok/...                      204
+  /status/<code>/...           that status (Retry-After: <s> with ?retry_after=<s>)
+  /failfirst/<n>/<code>/...    the first n requests per message id get <code>, then 204
+  /delay/<ms>/...              wait, then 204
+  /hang/...                    never answer (until the client gives up)
+  /reset/...                   close the connection without answering
+  /redirect/...                302 to /ok
+  /big/...                     200 with a 10 MB body
+Only POST is accepted.  Standard library only.
+"""
+import argparse
+import base64
+import hashlib
+import hmac
+import json
+import urllib.parse
+import socket
+import struct
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LOCK = threading.Lock()
+COUNTS = {}
+ARGS = None
+
+
+def verify_signature(headers, body):
+    """Standard Webhooks: v1,<base64 HMAC-SHA256 over id.timestamp.body>."""
+    if not ARGS.secret:
+        return None
+    sig = headers.get("webhook-signature")
+    mid = headers.get("webhook-id")
+    ts = headers.get("webhook-timestamp")
+    if not (sig and mid and ts):
+        return False
+    key = base64.b64decode(ARGS.secret[len("whsec_"):] if ARGS.secret.startswith("whsec_") else ARGS.secret)
+    signed = mid.encode() + b"." + ts.encode() + b"." + body
+    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    if abs(time.time() - int(ts)) > 300:
+        return False
+    return any(part.startswith("v1,") and hmac.compare_digest(part[3:], expected)
+               for part in sig.split(" "))
+
+
+def check_cloudevent(headers, body):
+    """CloudEvents 1.0 HTTP binding, binary or structured mode."""
+    ctype = headers.get("content-type", "")
+    if ctype.startswith("application/cloudevents+json"):
+        ev = json.loads(body)
+        ok = ev.get("specversion") == "1.0" and all(ev.get(k) for k in ("id", "type", "source"))
+        return ok, ev.get("id"), ev.get("type"), ev.get("subject"), ev.get("time"), ev.get("data"), "structured"
+    ok = (headers.get("ce-specversion") == "1.0" and all(headers.get(k) for k in ("ce-id", "ce-type", "ce-source"))
+          and "ce-datacontenttype" not in headers and ctype.startswith("application/json"))
+    data = json.loads(body) if body else None
+    pct = lambda v: None if v is None else urllib.parse.unquote(v, errors="strict")
+    if headers.get("ce-time"):
+        time.strptime(headers["ce-time"][:19], "%Y-%m-%dT%H:%M:%S")
+    return ok, headers.get("ce-id"), pct(headers.get("ce-type")), pct(headers.get("ce-subject")), headers.get("ce-time"), data, "binary"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def reply(self, code, body=b"", extra=None):
+        self.send_response(code)
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def do_GET(self):
+        self.reply(405)
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length)
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        parts = [p for p in self.path.split("?")[0].split("/") if p]
+        query = dict(q.split("=", 1) for q in self.path.split("?", 1)[1].split("&")) if "?" in self.path else {}
+        try:
+            ce_ok, mid, etype, subject, etime, data, mode = check_cloudevent(headers, body)
+        except Exception as e:  # malformed event: record it as such
+            ce_ok, mid, etype, subject, etime, data, mode = False, headers.get("ce-id"), None, None, None, None, "invalid:" + str(e)
+        key = mid or headers.get("idempotency-key")
+        with LOCK:
+            COUNTS[(self.path, key)] = COUNTS.get((self.path, key), 0) + 1
+            nth = COUNTS[(self.path, key)]
+        record = {
+            "t": time.time(), "path": self.path, "mode": parts[0] if parts else "", "id": key,
+            "type": etype, "subject": subject, "time": etime, "data": data, "format": mode,
+            "ce_ok": ce_ok, "sig_ok": verify_signature(headers, body), "nth": nth,
+            "headers": headers,
+        }
+        with LOCK:
+            with open(ARGS.log, "a") as f:
+                f.write(json.dumps(record) + "\n")
+                f.flush()
+
+        kind = parts[0] if parts else "ok"
+        if kind == "status":
+            extra = {"Retry-After": query["retry_after"]} if "retry_after" in query else None
+            self.reply(int(parts[1]), b"failing on purpose", extra)
+        elif kind == "failfirst":
+            if nth <= int(parts[1]):
+                self.reply(int(parts[2]), b"failing first")
+            else:
+                self.reply(204)
+        elif kind == "delay":
+            time.sleep(int(parts[1]) / 1000.0)
+            self.reply(204)
+        elif kind == "hang":
+            time.sleep(3600)
+        elif kind == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+        elif kind == "redirect":
+            self.reply(302, b"", {"Location": "http://127.0.0.1:%d/ok" % ARGS.port})
+        elif kind == "big":
+            self.reply(200, b"x" * (10 * 1024 * 1024))
+        else:
+            self.reply(204)
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 512
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--log", required=True)
+    p.add_argument("--secret", default="")
+    ARGS = p.parse_args()
+    srv = Server(("127.0.0.1", ARGS.port), Handler)
+    print("listening", flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
