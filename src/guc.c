@@ -36,6 +36,7 @@ int			outbox_max_response_size = 64 * 1024;
 char	   *outbox_allowed_hosts = NULL;
 char	   *outbox_ca_file = NULL;
 int			outbox_discovery_interval = 10;
+int			outbox_lease_margin = 10000;
 
 static bool
 guc_check_traceparent(char **newval, void **extra, GucSource source)
@@ -165,6 +166,15 @@ OutboxDefineGucs(void)
 							10, 1, 3600,
 							PGC_SIGHUP,
 							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.lease_margin",
+							"Time a lease lasts beyond the destination's timeout.",
+							"Events of a relay that died are sent again after timeout plus this margin.",
+							&outbox_lease_margin,
+							10000, 1000, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("outbox");

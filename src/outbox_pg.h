@@ -86,6 +86,7 @@ extern int	outbox_max_response_size;
 extern char *outbox_allowed_hosts;
 extern char *outbox_ca_file;
 extern int	outbox_discovery_interval;
+extern int	outbox_lease_margin;
 
 extern void OutboxDefineGucs(void);
 

@@ -28,9 +28,10 @@
  * every time still runs out of attempts instead of crash-looping it.
  *
  * Per destination the worker keeps an in-flight count (capped by
- * max_concurrency) and a circuit breaker: after 5 consecutive transient
- * failures no more events of that destination are leased for a pause
- * that doubles up to a minute, then a single probe goes out.
+ * max_concurrency) and a circuit breaker: after options.circuit_threshold
+ * (default 5; 0 disables it) consecutive transient failures no more
+ * events of that destination are leased for a pause that doubles up to a
+ * minute, then a single probe goes out; a success closes the circuit.
  *
  * Memory: each event lives in its own small memory context, deleted
  * after its result is recorded; everything else per cycle is reset every
@@ -75,7 +76,6 @@
 
 #include "outbox_pg.h"
 
-#define CIRCUIT_THRESHOLD		5
 #define CIRCUIT_MAX_OPEN_MS		60000
 #define RETRY_AFTER_MAX_MS		3600000
 #define ROUTE_INTERVAL_MS		5000
@@ -94,6 +94,7 @@ typedef struct RelayDestination
 	bool		present;
 	bool		paused;
 	int			max_concurrency;
+	int			circuit_threshold;	/* 0: no circuit breaker */
 } RelayDestination;
 
 /* The configuration one lease step reads, in cycle memory. */
@@ -108,6 +109,7 @@ typedef struct DestinationConfig
 	int			backoff_base_ms;
 	int			backoff_max_ms;
 	double		max_age_secs;
+	int			circuit_threshold;
 	WebhookTarget target;
 } DestinationConfig;
 
@@ -187,7 +189,8 @@ relay_prepare_plans(void)
 										  "SELECT name, url, paused, timeout_ms, max_concurrency, max_attempts,"
 										  " backoff_base_ms, backoff_max_ms,"
 										  " extract(epoch FROM max_age)::float8, format, headers,"
-										  " signing_secrets, bearer_token, options ->> 'source'"
+										  " signing_secrets, bearer_token, options ->> 'source',"
+										  " coalesce((options ->> 'circuit_threshold')::int4, 5)"
 										  " FROM outbox.destinations WHERE kind = 'webhook'",
 										  0, NULL);
 	if (lease_plan == NULL)
@@ -367,6 +370,7 @@ relay_load_destinations(void)
 		}
 		d->target.bearer_token = spi_text(tup, desc, 13);
 		d->target.source = spi_text(tup, desc, 14);
+		d->circuit_threshold = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
 		if (d->target.source == NULL)
 			d->target.source = psprintf("urn:outbox_pg:%s", database_name);
 		MemoryContextSwitchTo(old);
@@ -382,6 +386,9 @@ relay_load_destinations(void)
 		rd->present = true;
 		rd->paused = d->paused;
 		rd->max_concurrency = d->max_concurrency;
+		rd->circuit_threshold = d->circuit_threshold;
+		if (rd->circuit_threshold <= 0)
+			rd->circuit_open = false;
 
 		old = MemoryContextSwitchTo(cycle_context);
 		result = lappend(result, d);
@@ -423,7 +430,7 @@ relay_lease(List *dests, bool *drained)
 	List	   *leased = NIL;
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
-	int			lease_ms = 30000;
+	int			lease_ms = 0;
 	Interval   *lease;
 
 	*drained = true;
@@ -431,7 +438,7 @@ relay_lease(List *dests, bool *drained)
 	{
 		DestinationConfig *d = lfirst(lc);
 
-		lease_ms = Max(lease_ms, d->timeout_ms * 2 + 30000);
+		lease_ms = Max(lease_ms, d->timeout_ms + outbox_lease_margin);
 	}
 	lease = MemoryContextAllocZero(cycle_context, sizeof(Interval));
 	lease->time = (int64) lease_ms * 1000;
@@ -539,9 +546,10 @@ relay_note_destination(RelayDestination *rd, bool failed)
 		return;
 	}
 	rd->consecutive_failures++;
-	if (rd->consecutive_failures >= CIRCUIT_THRESHOLD)
+	if (rd->circuit_threshold > 0 &&
+		rd->consecutive_failures >= rd->circuit_threshold)
 	{
-		int			shift = Min(rd->consecutive_failures - CIRCUIT_THRESHOLD, 6);
+		int			shift = Min(rd->consecutive_failures - rd->circuit_threshold, 6);
 		int			pause_ms = Min(CIRCUIT_MAX_OPEN_MS, 1000 << shift);
 
 		if (!rd->circuit_open)

@@ -10,6 +10,9 @@ Paths (anything after the mode is free, e.g. a destination name):
   /ok/...                      204
   /status/<code>/...           that status (Retry-After: <s> with ?retry_after=<s>)
   /failfirst/<n>/<code>/...    the first n requests per message id get <code>, then 204
+                               (with ?retry_after=<s>: and a Retry-After header)
+  /hangfirst/<n>/...           the first n requests per message id hang, then 204
+  /resetfirst/<n>/...          the first n requests per message id are reset, then 204
   /delay/<ms>/...              wait, then 204
   /hang/...                    never answer (until the client gives up)
   /reset/...                   close the connection without answering
@@ -84,6 +87,11 @@ class Handler(BaseHTTPRequestHandler):
         if body:
             self.wfile.write(body)
 
+    def reset(self):
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+        self.close_connection = True
+
     def do_GET(self):
         self.reply(405)
 
@@ -101,10 +109,26 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             COUNTS[(self.path, key)] = COUNTS.get((self.path, key), 0) + 1
             nth = COUNTS[(self.path, key)]
+        kind = parts[0] if parts else "ok"
+        if kind == "status":
+            answer = int(parts[1])
+        elif kind == "failfirst":
+            answer = int(parts[2]) if nth <= int(parts[1]) else 204
+        elif kind in ("hangfirst", "resetfirst"):
+            answer = 0 if nth <= int(parts[1]) else 204
+        elif kind in ("hang", "reset"):
+            answer = 0
+        elif kind == "redirect":
+            answer = 302
+        elif kind == "big":
+            answer = 200
+        else:
+            answer = 204
         record = {
             "t": time.time(), "path": self.path, "mode": parts[0] if parts else "", "id": key,
             "type": etype, "subject": subject, "time": etime, "data": data, "format": mode,
             "ce_ok": ce_ok, "sig_ok": verify_signature(headers, body), "nth": nth,
+            "answer": answer,
             "headers": headers,
         }
         with LOCK:
@@ -112,13 +136,22 @@ class Handler(BaseHTTPRequestHandler):
                 f.write(json.dumps(record) + "\n")
                 f.flush()
 
-        kind = parts[0] if parts else "ok"
         if kind == "status":
             extra = {"Retry-After": query["retry_after"]} if "retry_after" in query else None
             self.reply(int(parts[1]), b"failing on purpose", extra)
         elif kind == "failfirst":
             if nth <= int(parts[1]):
-                self.reply(int(parts[2]), b"failing first")
+                extra = {"Retry-After": query["retry_after"]} if "retry_after" in query else None
+                self.reply(int(parts[2]), b"failing first", extra)
+            else:
+                self.reply(204)
+        elif kind == "hangfirst":
+            if nth <= int(parts[1]):
+                time.sleep(3600)
+            self.reply(204)
+        elif kind == "resetfirst":
+            if nth <= int(parts[1]):
+                self.reset()
             else:
                 self.reply(204)
         elif kind == "delay":
@@ -127,9 +160,7 @@ class Handler(BaseHTTPRequestHandler):
         elif kind == "hang":
             time.sleep(3600)
         elif kind == "reset":
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.connection.close()
-            self.close_connection = True
+            self.reset()
         elif kind == "redirect":
             self.reply(302, b"", {"Location": "http://127.0.0.1:%d/ok" % ARGS.port})
         elif kind == "big":

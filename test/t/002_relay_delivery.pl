@@ -1,0 +1,132 @@
+# The relay delivers committed events over HTTP — and only those — with the
+# CloudEvents attributes, the Standard Webhooks signature (verified by the
+# sink, independently) and the trace context; it is woken at commit; with
+# several workers each event is delivered exactly once when nothing fails;
+# two databases are relayed at once.
+use strict;
+use utf8;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $sink = start_sink();
+my $node = new_outbox_node('delivery', "outbox.workers_per_database = 3\n");
+$node->start;
+
+my $secret = secret();
+$node->safe_psql('postgres', qq{
+	CREATE EXTENSION outbox_pg;
+	INSERT INTO outbox.destinations (name, url, signing_secrets, bearer_token, headers)
+	VALUES ('hook', '$sink->{url}/ok/hook', ARRAY['whsec_c29tZS1vbGQtc2VjcmV0', '$secret'],
+	        'tok-123', '{"X-Env": "test"}');
+	INSERT INTO outbox.destinations (name, url, format)
+	VALUES ('structured', '$sink->{url}/ok/structured', 'structured');
+	INSERT INTO outbox.routes (pattern, destination) VALUES ('order.*', 'hook');
+});
+
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 3 FROM pg_stat_activity WHERE backend_type = 'outbox_pg relay' AND datname = 'postgres'}),
+	'three relay workers run for the database, visible in pg_stat_activity');
+
+# commit: delivered with every attribute
+my $id = $node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT outbox.emit('order.created', 'o-ü 1', '{"amount": 10, "note": "naïve"}',
+	                   headers => '{"X-Tenant": "acme"}',
+	                   traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01');
+	COMMIT;
+});
+ok($node->poll_query_until('postgres', qq{SELECT status = 'published' FROM outbox.events WHERE id = '$id'}),
+	'committed event is published');
+my ($rec) = grep { $_->{id} eq $id } sink_records($sink);
+ok($rec, 'the sink received it');
+is($rec->{type}, 'order.created', 'ce-type');
+is($rec->{subject}, 'o-ü 1', 'ce-subject, percent-encoded on the wire, decodes to the aggregate id');
+is($rec->{headers}{'ce-subject'}, 'o-%C3%BC%201', 'ce-subject is percent-encoded');
+ok($rec->{ce_ok}, 'CloudEvents binary mode attributes are valid');
+is($rec->{format}, 'binary', 'binary mode by default');
+is($rec->{headers}{'ce-source'}, 'urn:outbox_pg:postgres', 'ce-source');
+ok(!exists $rec->{headers}{'ce-datacontenttype'}, 'no ce-datacontenttype in binary mode');
+is_deeply($rec->{data}, { amount => 10, note => 'naïve' }, 'the body is the payload');
+is($rec->{headers}{'idempotency-key'}, $id, 'Idempotency-Key is the message id');
+is($rec->{headers}{'webhook-id'}, $id, 'webhook-id is the message id');
+ok($rec->{sig_ok}, 'the Standard Webhooks signature verifies (second of two secrets)');
+like($rec->{headers}{'webhook-signature'}, qr/^v1,\S+ v1,\S+$/, 'one signature per secret');
+is($rec->{headers}{traceparent}, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'traceparent forwarded');
+is($rec->{headers}{'ce-traceparent'}, $rec->{headers}{traceparent}, 'ce-traceparent too');
+is($rec->{headers}{authorization}, 'Bearer tok-123', 'bearer token');
+is($rec->{headers}{'x-env'}, 'test', 'destination header');
+is($rec->{headers}{'x-tenant'}, 'acme', 'event header');
+like($rec->{time}, qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z$/, 'ce-time is RFC 3339 UTC');
+
+# rollback: nothing is sent
+my $before = scalar(sink_records($sink));
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT outbox.emit('order.cancelled', 'o-2', '{}');
+	ROLLBACK;
+});
+$node->safe_psql('postgres', q{SELECT outbox.emit('order.marker', 'o-3', '{}')});
+ok($node->poll_query_until('postgres', q{SELECT status = 'published' FROM outbox.events WHERE type = 'order.marker'}),
+	'a later committed event is published');
+ok(!(grep { ($_->{type} // '') eq 'order.cancelled' } sink_records($sink)), 'the rolled-back event was never sent');
+
+# structured mode
+$id = $node->safe_psql('postgres', q{SELECT outbox.emit('user.created', 'u-1', '{"name": "Ana"}', destination => 'structured')});
+ok($node->poll_query_until('postgres', qq{SELECT status = 'published' FROM outbox.events WHERE id = '$id'}),
+	'structured-mode event is published');
+($rec) = grep { $_->{id} eq $id } sink_records($sink);
+is($rec->{format}, 'structured', 'structured mode');
+ok($rec->{ce_ok}, 'structured CloudEvent is valid');
+is_deeply($rec->{data}, { name => 'Ana' }, 'payload under data');
+
+# wake at commit: with a 60 s poll only the commit wake can deliver quickly
+$node->append_conf('postgresql.conf', "outbox.poll_interval = '60s'\n");
+$node->reload;
+sleep 1;
+my @lat;
+for my $i (1 .. 5)
+{
+	my $t0 = time;
+	my $wid = $node->safe_psql('postgres', "SELECT outbox.emit('order.woken', '$i', '{}')");
+	wait_until(sub { grep { $_->{id} eq $wid } sink_records($sink) }, 10);
+	push @lat, time - $t0;
+}
+my @sorted = sort { $a <=> $b } @lat;
+note(sprintf("commit-to-sink with a 60 s poll: median %.1f ms", 1000 * $sorted[2]));
+ok($sorted[2] < 2.0, 'events arrive within moments of the commit, not at the next poll');
+
+# several workers: every event exactly once
+$node->safe_psql('postgres', q{SELECT outbox.emit('order.bulk', g::text, jsonb_build_object('n', g)) FROM generate_series(1, 2000) g});
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 2000 FROM outbox.events WHERE type = 'order.bulk' AND status = 'published'}),
+	'2000 events published by three workers');
+my %seen;
+$seen{ $_->{id} }++ for grep { ($_->{type} // '') eq 'order.bulk' } sink_records($sink);
+is(scalar(keys %seen), 2000, 'the sink received all 2000');
+is(scalar(grep { $_ > 1 } values %seen), 0, 'none twice when nothing fails');
+my $workers = $node->safe_psql('postgres', q{SELECT count(DISTINCT pid) FROM pg_stat_activity WHERE backend_type = 'outbox_pg relay'});
+is($workers, '3', 'still three workers');
+
+# two databases relayed at once
+$node->safe_psql('postgres', 'CREATE DATABASE second');
+$node->safe_psql('second', qq{
+	CREATE EXTENSION outbox_pg;
+	INSERT INTO outbox.destinations (name, url) VALUES ('hook2', '$sink->{url}/ok/second');
+	INSERT INTO outbox.routes (pattern, destination) VALUES ('*', 'hook2');
+});
+$node->safe_psql('second', q{SELECT outbox.emit('invoice.created', g::text, '{}') FROM generate_series(1, 50) g});
+$node->safe_psql('postgres', q{SELECT outbox.emit('order.more', g::text, '{}') FROM generate_series(1, 50) g});
+ok($node->poll_query_until('second', q{SELECT count(*) = 50 FROM outbox.events WHERE status = 'published'}),
+	'the second database is relayed');
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 50 FROM outbox.events WHERE type = 'order.more' AND status = 'published'}),
+	'and the first one at the same time');
+is(scalar(grep { $_->{path} eq '/ok/second' } sink_records($sink)), 50, 'the second database sent to its own destination');
+
+$node->stop;
+stop_sink($sink);
+done_testing();

@@ -1,0 +1,165 @@
+# Delivery under faults: every emitted id reaches the sink at least once
+# (zero lost) through 500s, 429 with Retry-After, hanging responses past the
+# timeout, connection resets, and the sink going down and coming back.
+# Permanent failures go to the dead letters; a slow destination does not
+# delay a healthy one; redirects and oversized responses are refused.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $sink = start_sink();
+my $node = new_outbox_node('faults', "outbox.workers_per_database = 2\n");
+$node->start;
+my $u = $sink->{url};
+
+$node->safe_psql('postgres', qq{
+	CREATE EXTENSION outbox_pg;
+	INSERT INTO outbox.destinations (name, url, timeout_ms, max_attempts, backoff_base_ms, backoff_max_ms) VALUES
+		('flaky500',  '$u/failfirst/2/500/a', 2000, 10, 50, 200),
+		('breaker',   '$u/failfirst/1/500/l', 2000, 10, 50, 200),
+		('limited',   '$u/failfirst/1/429/b?retry_after=2', 2000, 10, 50, 200),
+		('hanging',   '$u/hangfirst/1/c', 500, 10, 50, 200),
+		('resetting', '$u/resetfirst/1/d', 2000, 10, 50, 200),
+		('rejecting', '$u/status/422/e', 2000, 10, 50, 200),
+		('broken',    '$u/status/503/f', 2000, 3, 50, 200),
+		('redirect',  '$u/redirect/g', 2000, 1, 50, 200),
+		('big',       '$u/big/h', 2000, 2, 50, 200),
+		('slow',      '$u/delay/3000/i', 10000, 10, 50, 200),
+		('healthy',   '$u/ok/j', 2000, 10, 50, 200),
+		('downtime',  '$u/ok/k', 1000, 100, 50, 500);
+	UPDATE outbox.destinations SET max_concurrency = 2 WHERE name = 'slow';
+	-- per-message retries without the destination-wide circuit breaker
+	UPDATE outbox.destinations SET options = '{"circuit_threshold": 0}'
+	 WHERE name IN ('flaky500', 'limited', 'hanging', 'resetting');
+});
+
+# emit N events to a destination; returns their ids
+sub emit_n
+{
+	my ($dest, $n) = @_;
+	my $ids = $node->safe_psql('postgres', qq{
+		SELECT string_agg(outbox.emit('fault.test', g::text, jsonb_build_object('n', g), destination => '$dest')::text, ' ')
+		  FROM generate_series(1, $n) g});
+	return split / /, $ids;
+}
+
+sub published
+{
+	my ($dest, $n) = @_;
+	return $node->poll_query_until('postgres', qq{
+		SELECT count(*) = $n FROM outbox.events WHERE destination = '$dest' AND status = 'published'});
+}
+
+# every id was acknowledged by the sink at least once; report duplicates
+# (ids acknowledged more than once)
+sub zero_lost
+{
+	my ($name, $prefix, @ids) = @_;
+	my (%acked, $requests);
+	for my $r (sink_records($sink))
+	{
+		next unless index($r->{path}, $prefix) == 0;
+		$requests++;
+		$acked{ $r->{id} }++ if $r->{answer} >= 200 && $r->{answer} < 300;
+	}
+	my @lost = grep { !$acked{$_} } @ids;
+	is(scalar(@lost), 0, "$name: zero lost");
+	my $dups = 0;
+	$dups += $acked{$_} - 1 for grep { $acked{$_} } @ids;
+	note("$name: " . scalar(@ids) . " events, $requests requests, $dups duplicates");
+}
+
+my @ids = emit_n('flaky500', 20);
+ok(published('flaky500', 20), '500s: all published after retries');
+zero_lost('500s', '/failfirst/2/500', @ids);
+is($node->safe_psql('postgres', q{SELECT min(attempts) || '/' || max(attempts) FROM outbox.events WHERE destination = 'flaky500'}),
+	'3/3', '500s: each took exactly three attempts');
+my %ids_seen = map { $_->{id} => 1 } grep { $_->{path} =~ m{^/failfirst/2/500} } sink_records($sink);
+is(scalar(keys %ids_seen), 20, 'the message id is the same in every attempt');
+
+# the circuit breaker: a destination failing every request is backed off
+# as a whole (a probe at a time), yet nothing is lost
+@ids = emit_n('breaker', 10);
+ok($node->poll_query_until('postgres', q{SELECT count(*) > 0 FROM outbox.events WHERE destination = 'breaker' AND attempts >= 1}),
+	'breaker: first attempts made');
+sleep 2;
+my $breaker_requests = scalar(grep { $_->{path} =~ m{^/failfirst/1/500/l} } sink_records($sink));
+ok($breaker_requests < 30, "breaker: the failing destination is not hammered ($breaker_requests requests in 2 s)");
+ok(published('breaker', 10), 'breaker: everything is published once the probes succeed');
+zero_lost('breaker', '/failfirst/1/500/l', @ids);
+
+@ids = emit_n('limited', 5);
+ok(published('limited', 5), '429: published after Retry-After');
+zero_lost('429', '/failfirst/1/429', @ids);
+my %first;
+my $honoured = 1;
+for my $r (grep { $_->{path} =~ m{^/failfirst/1/429} } sink_records($sink))
+{
+	if (!exists $first{ $r->{id} }) { $first{ $r->{id} } = $r->{t}; next; }
+	$honoured = 0 if $r->{t} - $first{ $r->{id} } < 1.9;
+}
+ok($honoured, '429: the retry waited for Retry-After (2 s) although the backoff was 50 ms');
+
+@ids = emit_n('hanging', 5);
+ok(published('hanging', 5), 'hanging responses: published after the timeout and a retry');
+zero_lost('timeouts', '/hangfirst', @ids);
+
+@ids = emit_n('resetting', 5);
+ok(published('resetting', 5), 'connection resets: published after a retry');
+zero_lost('resets', '/resetfirst', @ids);
+
+emit_n('rejecting', 3);
+ok($node->poll_query_until('postgres', q{
+	SELECT bool_and(status = 'dead' AND attempts = 1 AND last_status = 422) AND count(*) = 3
+	  FROM outbox.events WHERE destination = 'rejecting'}), '4xx: dead letter after one attempt, status kept');
+
+emit_n('broken', 3);
+ok($node->poll_query_until('postgres', q{
+	SELECT bool_and(status = 'dead' AND attempts = 3 AND last_status = 503 AND last_error LIKE 'HTTP 503%') AND count(*) = 3
+	  FROM outbox.events WHERE destination = 'broken'}), '5xx: dead letter after max_attempts, last error kept');
+
+emit_n('redirect', 1);
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'dead' AND last_status = 302 AND last_error LIKE '%redirects are not followed%'
+	  FROM outbox.events WHERE destination = 'redirect'}), 'redirects are refused, not followed');
+is(scalar(grep { $_->{path} eq '/ok' } sink_records($sink)), 0, 'the redirect target was never requested');
+
+emit_n('big', 1);
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'dead' AND last_error LIKE 'response body larger than outbox.max_response_size%'
+	  FROM outbox.events WHERE destination = 'big'}), 'oversized responses are refused');
+
+# a slow destination does not delay a healthy one
+emit_n('slow', 10);
+my $t0 = time;
+@ids = emit_n('healthy', 50);
+ok(published('healthy', 50), 'healthy destination published');
+my $healthy_time = time - $t0;
+ok($healthy_time < 2.5, sprintf('the healthy destination was not held up by the slow one (%.2f s)', $healthy_time));
+ok($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE destination = 'slow' AND status = 'published'}) < 10,
+	'the slow one was still working meanwhile');
+ok(published('slow', 10), 'the slow destination finishes too');
+
+# the sink goes down for a while, then comes back
+stop_sink($sink);
+@ids = emit_n('downtime', 100);
+sleep 3;
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE destination = 'downtime' AND status = 'published'}),
+	'0', 'nothing is published while the sink is down');
+ok($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE destination = 'downtime' AND status = 'pending' AND last_error IS NOT NULL}) > 0,
+	'the connection errors are recorded on the rows');
+restart_sink($sink);
+ok(published('downtime', 100), 'everything is published once the sink is back');
+zero_lost('sink down', '/ok/k', @ids);
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE destination = 'downtime' AND status = 'dead'}),
+	'0', 'nothing was dead-lettered by the outage');
+
+$node->stop;
+stop_sink($sink);
+done_testing();

@@ -1,0 +1,134 @@
+# Shared helpers for outbox_pg's TAP tests: a node with the extension
+# preloaded, the Python webhook sink, and reading what the sink received.
+package OutboxTest;
+
+use strict;
+use warnings;
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use IO::Socket::INET;
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+use Exporter 'import';
+our @EXPORT = qw(new_outbox_node start_sink stop_sink restart_sink sink_records
+  sink_ids wait_until relay_pids secret);
+
+my $SRC = abs_path(dirname(__FILE__) . '/../..');
+
+# A Standard Webhooks secret shared by the relay and the sink.
+sub secret { return 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'; }
+
+sub new_outbox_node
+{
+	my ($name, $extra) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(allows_streaming => 0);
+	$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'outbox_pg'
+max_worker_processes = 32
+outbox.poll_interval = '200ms'
+outbox.discovery_interval = 1
+outbox.lease_margin = '2s'
+log_min_messages = log
+} . ($extra // ''));
+	return $node;
+}
+
+sub _wait_port
+{
+	my ($port, $up) = @_;
+	my $deadline = time + 15;
+	while (time < $deadline)
+	{
+		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp');
+		if ($s) { close $s; return 1 if $up; }
+		else { return 1 if !$up; }
+		usleep(50_000);
+	}
+	die "sink port $port did not " . ($up ? 'open' : 'close');
+}
+
+sub start_sink
+{
+	my (%opt) = @_;
+	my $port = $opt{port} // PostgreSQL::Test::Cluster::get_free_port();
+	my $log = $opt{log} // "$PostgreSQL::Test::Utils::tmp_check/sink_$port.jsonl";
+	my $out = '';
+	my $h = IPC::Run::start(
+		[ 'python3', "$SRC/test/sink/sink.py", '--port', $port, '--log', $log, '--secret', secret() ],
+		'>', \$out, '2>', \$out);
+	_wait_port($port, 1);
+	return { port => $port, log => $log, handle => $h, url => "http://127.0.0.1:$port" };
+}
+
+sub stop_sink
+{
+	my ($sink) = @_;
+	$sink->{handle}->kill_kill;
+	_wait_port($sink->{port}, 0);
+}
+
+sub restart_sink
+{
+	my ($sink) = @_;
+	my $new = start_sink(port => $sink->{port}, log => $sink->{log});
+	$sink->{handle} = $new->{handle};
+	return $sink;
+}
+
+# Every request the sink received, in order.
+sub sink_records
+{
+	my ($sink) = @_;
+	my @records;
+	open(my $fh, '<', $sink->{log}) or return ();
+	while (my $line = <$fh>)
+	{
+		chomp $line;
+		push @records, decode_json($line) if $line ne '';
+	}
+	close $fh;
+	return @records;
+}
+
+# Message id => number of requests received for it, optionally by path prefix.
+sub sink_ids
+{
+	my ($sink, $prefix) = @_;
+	my %ids;
+	for my $r (sink_records($sink))
+	{
+		next if defined $prefix && index($r->{path}, $prefix) != 0;
+		$ids{ $r->{id} }++;
+	}
+	return \%ids;
+}
+
+# Poll a Perl condition until it holds or the deadline passes.
+sub wait_until
+{
+	my ($cond, $seconds) = @_;
+	my $deadline = time + ($seconds // 60);
+	while (time < $deadline)
+	{
+		return 1 if $cond->();
+		usleep(50_000);
+	}
+	return 0;
+}
+
+sub relay_pids
+{
+	my ($node, $db) = @_;
+	my $pids = $node->safe_psql('postgres', qq{
+		SELECT string_agg(pid::text, ' ') FROM pg_stat_activity
+		 WHERE backend_type = 'outbox_pg relay' AND datname = '$db'});
+	return grep { $_ ne '' } split / /, $pids;
+}
+
+1;
