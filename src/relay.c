@@ -842,7 +842,11 @@ OutboxRelayMain(Datum main_arg)
 					MemoryContextSwitchTo(cycle_context);
 				}
 				relay_commit();
-				if (missing && total_in_flight == 0)
+				/*
+				 * Without the extension nothing in flight can be recorded
+				 * (its rows are gone), so there is nothing to wait for.
+				 */
+				if (missing)
 				{
 					OutboxSlotSetState(my_slot, RELAY_NO_EXTENSION);
 					ereport(LOG,

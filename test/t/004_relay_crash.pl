@@ -1,0 +1,123 @@
+# Killing things: a relay worker killed with SIGKILL mid-batch, the whole
+# server stopped with -m immediate mid-batch, a relay sent SIGTERM while its
+# requests hang — nothing is lost and nothing hangs.  DROP DATABASE of
+# another database completes promptly while the relay waits on HTTP, and
+# the extension can be dropped and re-created under a running relay.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $sink = start_sink();
+my $node = new_outbox_node('crash', "outbox.workers_per_database = 2\nrestart_after_crash = on\n");
+$node->start;
+my $u = $sink->{url};
+
+$node->safe_psql('postgres', qq{
+	CREATE EXTENSION outbox_pg;
+	INSERT INTO outbox.destinations (name, url, timeout_ms, max_concurrency, backoff_base_ms, backoff_max_ms) VALUES
+		('slowish', '$u/delay/100/a', 2000, 20, 50, 500),
+		('hang',    '$u/hang/b', 60000, 20, 50, 500);
+	UPDATE outbox.destinations SET paused = true WHERE name = 'hang';
+});
+
+sub emit_n
+{
+	my ($dest, $n, $tag) = @_;
+	my $ids = $node->safe_psql('postgres', qq{
+		SELECT string_agg(outbox.emit('crash.$tag', g::text, '{}', destination => '$dest')::text, ' ')
+		  FROM generate_series(1, $n) g});
+	return split / /, $ids;
+}
+
+sub zero_lost
+{
+	my ($name, @ids) = @_;
+	my %acked;
+	$acked{ $_->{id} }++ for grep { $_->{answer} == 204 } sink_records($sink);
+	my @lost = grep { !$acked{$_} } @ids;
+	is(scalar(@lost), 0, "$name: zero lost");
+	my $dups = 0;
+	$dups += $acked{$_} - 1 for grep { $acked{$_} } @ids;
+	note("$name: " . scalar(@ids) . " events, $dups duplicates");
+}
+
+sub count_published
+{
+	my ($tag) = @_;
+	return $node->safe_psql('postgres', qq{SELECT count(*) FROM outbox.events WHERE type = 'crash.$tag' AND status = 'published'});
+}
+
+# SIGKILL of a relay worker in the middle of a batch
+my @ids = emit_n('slowish', 600, 'kill9');
+ok(wait_until(sub { count_published('kill9') >= 50 }, 60), 'delivery under way');
+my ($victim) = relay_pids($node, 'postgres');
+kill 'KILL', $victim;
+note("killed relay $victim with SIGKILL");
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 600 FROM outbox.events WHERE type = 'crash.kill9' AND status = 'published'}),
+	'SIGKILL: every event is published after the restart');
+zero_lost('SIGKILL', @ids);
+
+# immediate shutdown of the whole server mid-batch, then restart
+@ids = emit_n('slowish', 600, 'immediate');
+ok(wait_until(sub { count_published('immediate') >= 50 }, 60), 'delivery under way again');
+$node->stop('immediate');
+$node->start;
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 600 FROM outbox.events WHERE type = 'crash.immediate' AND status = 'published'}),
+	'immediate stop: every event is published after the restart');
+zero_lost('immediate stop', @ids);
+
+# SIGTERM while every request hangs: the worker exits promptly
+$node->safe_psql('postgres', q{UPDATE outbox.destinations SET paused = false WHERE name = 'hang'});
+emit_n('hang', 10, 'hang');
+ok(wait_until(sub { scalar(grep { $_->{path} eq '/hang/b' } sink_records($sink)) >= 5 }, 30),
+	'requests to the hanging destination are in flight');
+
+# DROP DATABASE elsewhere must not wait for the relay's hanging requests
+# (the relay waits on its latch, so it answers the ProcSignalBarrier)
+$node->safe_psql('postgres', 'CREATE DATABASE scratch');
+my $t0 = time;
+$node->safe_psql('postgres', 'DROP DATABASE scratch');
+my $drop_time = time - $t0;
+ok($drop_time < 5, sprintf('DROP DATABASE of another database completes promptly (%.2f s)', $drop_time));
+
+my @pids = relay_pids($node, 'postgres');
+$t0 = time;
+kill 'TERM', @pids;
+ok(wait_until(sub { !grep { kill(0, $_) } @pids }, 10), 'SIGTERM: relays with hanging requests exit');
+my $exit_time = time - $t0;
+ok($exit_time < 2, sprintf('... within %.2f s', $exit_time));
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox_pg relay' AND datname = 'postgres'}),
+	'the launcher starts new relays');
+$node->safe_psql('postgres', q{UPDATE outbox.destinations SET paused = true WHERE name = 'hang'});
+
+# DROP and CREATE EXTENSION under a running relay
+@ids = emit_n('slowish', 50, 'before_drop');
+$node->safe_psql('postgres', 'DROP EXTENSION outbox_pg');
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'outbox_pg relay' AND datname = 'postgres'}),
+	'relays exit when the extension is dropped');
+sleep 2;
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'outbox_pg relay' AND datname = 'postgres'}),
+	'0', 'and are not restarted in a loop');
+ok($node->log_contains('is exiting: the extension is not installed'), 'the reason is logged');
+$node->safe_psql('postgres', qq{
+	CREATE EXTENSION outbox_pg;
+	INSERT INTO outbox.destinations (name, url) VALUES ('again', '$u/ok/again');
+});
+@ids = emit_n('again', 20, 'after_create');
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 20 FROM outbox.events WHERE status = 'published'}),
+	'after CREATE EXTENSION the first emit() brings a relay back and events flow');
+zero_lost('re-created extension', @ids);
+
+ok(!$node->log_contains('terminated by signal 11'), 'no worker crashed');
+
+$node->stop;
+stop_sink($sink);
+done_testing();
