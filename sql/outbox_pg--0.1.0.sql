@@ -56,6 +56,10 @@ CREATE TABLE outbox.destinations (
                     CONSTRAINT destinations_options_check
                     CHECK (pg_catalog.jsonb_typeof(options) OPERATOR(pg_catalog.=) 'object'),
     paused          pg_catalog.bool NOT NULL DEFAULT false,
+    CONSTRAINT destinations_secrets_check
+        CHECK (signing_secrets IS NULL
+               OR pg_catalog.array_to_string(signing_secrets, ' ') OPERATOR(pg_catalog.~)
+                  '^(whsec_)?[A-Za-z0-9+/]+={0,2}( (whsec_)?[A-Za-z0-9+/]+={0,2})*$'),
     created_at      pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
@@ -291,6 +295,42 @@ CREATE FUNCTION outbox.backoff_delay(attempt pg_catalog.int4, base_ms pg_catalog
 RETURNS pg_catalog.int8
 AS 'MODULE_PATHNAME', 'outbox_backoff_delay'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+------------------------------------------------------------------------
+-- Monitoring
+------------------------------------------------------------------------
+
+CREATE FUNCTION outbox.workers(
+    OUT pid pg_catalog.int4,
+    OUT database pg_catalog.text,
+    OUT worker pg_catalog.int4,
+    OUT state pg_catalog.text,
+    OUT in_flight pg_catalog.int4,
+    OUT published pg_catalog.int8,
+    OUT failed pg_catalog.int8,
+    OUT started_at pg_catalog.timestamptz,
+    OUT last_cycle_at pg_catalog.timestamptz,
+    OUT last_error pg_catalog.text,
+    OUT last_error_at pg_catalog.timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'outbox_workers'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION outbox.workers() IS
+    'Relay workers of the whole cluster, from shared memory: state, in-flight requests, counters since start, last error.';
+
+-- Per destination: what waits, how old the oldest waiting event is, what
+-- was published and what is dead.  No payloads.
+CREATE VIEW outbox.destination_stats AS
+SELECT coalesce(e.destination, '(unrouted)') AS destination,
+       pg_catalog.count(*) FILTER (WHERE e.status OPERATOR(pg_catalog.=) 'pending') AS pending,
+       pg_catalog.now() OPERATOR(pg_catalog.-)
+           pg_catalog.min(e.created_at) FILTER (WHERE e.status OPERATOR(pg_catalog.=) 'pending') AS oldest_pending_age,
+       pg_catalog.count(*) FILTER (WHERE e.status OPERATOR(pg_catalog.=) 'published') AS published,
+       pg_catalog.max(e.published_at) AS last_published_at,
+       pg_catalog.count(*) FILTER (WHERE e.status OPERATOR(pg_catalog.=) 'dead') AS dead
+  FROM outbox.events AS e
+ GROUP BY e.destination;
 
 ------------------------------------------------------------------------
 -- Privileges: nothing for PUBLIC; grant EXECUTE on emit/claim to

@@ -148,6 +148,18 @@ static SPIPlanPtr retry_plan = NULL;
 static SPIPlanPtr dead_plan = NULL;
 static SPIPlanPtr route_plan = NULL;
 
+/* The tables a relay cycle touches, in the order it locks them. */
+static const struct
+{
+	const char *name;
+	LOCKMODE	lockmode;
+}			relay_tables[] =
+{
+	{OUTBOX_EVENTS_TABLE, RowExclusiveLock},
+	{OUTBOX_DESTINATIONS_TABLE, AccessShareLock},
+	{OUTBOX_ROUTES_TABLE, AccessShareLock},
+};
+
 static RelayEvent *
 relay_event_of(HttpRequest *req)
 {
@@ -250,12 +262,21 @@ relay_begin(bool *missing)
 		*missing = true;
 		return false;
 	}
-	rv = makeRangeVar(OUTBOX_SCHEMA, OUTBOX_EVENTS_TABLE, -1);
-	relid = RangeVarGetRelidExtended(rv, RowExclusiveLock,
-									 RVR_MISSING_OK | RVR_SKIP_LOCKED,
-									 NULL, NULL);
-	if (!OidIsValid(relid))
-		return false;
+
+	/*
+	 * Take every table lock of the cycle now, without waiting: if DROP
+	 * EXTENSION (or an ALTER) holds one, skip this cycle instead of queueing
+	 * behind it and deadlocking against it.
+	 */
+	for (int i = 0; i < lengthof(relay_tables); i++)
+	{
+		rv = makeRangeVar(OUTBOX_SCHEMA, (char *) relay_tables[i].name, -1);
+		relid = RangeVarGetRelidExtended(rv, relay_tables[i].lockmode,
+										 RVR_MISSING_OK | RVR_SKIP_LOCKED,
+										 NULL, NULL);
+		if (!OidIsValid(relid))
+			return false;
+	}
 	relay_prepare_plans();
 	return true;
 }
