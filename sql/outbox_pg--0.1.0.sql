@@ -108,9 +108,10 @@ CREATE TABLE outbox.events (
 COMMENT ON TABLE outbox.events IS
     'Events written by outbox.emit(); a row is published only after its destination acknowledged it.';
 
--- The relay claims by due time among pending rows only; the partial index
--- stays as small as the backlog.
-CREATE INDEX events_pending_idx ON outbox.events (next_attempt_at)
+-- The relay leases per destination, by due time, then id (UUIDv7: emit
+-- order), among pending rows only: the partial index returns exactly the
+-- rows of one lease in order, and stays as small as the backlog.
+CREATE INDEX events_pending_idx ON outbox.events (destination, next_attempt_at, id)
     WHERE status OPERATOR(pg_catalog.=) 'pending';
 
 ------------------------------------------------------------------------

@@ -80,6 +80,8 @@
 #define RETRY_AFTER_MAX_MS		3600000
 #define ROUTE_INTERVAL_MS		5000
 #define ERROR_PAUSE_MS			1000
+#define RECORD_BATCH			32
+#define RECORD_DELAY_MS			5
 
 /* Per-destination state that outlives a cycle; hash entry keyed by name. */
 typedef struct RelayDestination
@@ -432,6 +434,14 @@ relay_capacity(RelayDestination *rd, TimestampTz now)
 					 outbox_batch_size - total_in_flight);
 	if (free_slots <= 0)
 		return 0;
+
+	/*
+	 * Lease in chunks of at least a quarter of the destination's
+	 * concurrency, so a busy destination costs one lease per several
+	 * completions instead of one per completion.
+	 */
+	if (rd->in_flight > 0 && free_slots < Max(1, rd->max_concurrency / 4))
+		return 0;
 	if (rd->circuit_open)
 	{
 		if (now < rd->circuit_open_until || rd->in_flight > 0)
@@ -740,6 +750,7 @@ OutboxRelayMain(Datum main_arg)
 	volatile bool need_lease = true;
 	volatile TimestampTz last_poll = 0;
 	volatile TimestampTz last_route = 0;
+	TimestampTz first_done_at = 0;
 	HASHCTL		ctl;
 	List	   *volatile pending_done = NIL;
 	List	   *volatile leased = NIL;
@@ -826,8 +837,16 @@ OutboxRelayMain(Datum main_arg)
 		{
 			MemoryContext old = MemoryContextSwitchTo(cycle_context);
 
-			/* record what completed */
-			if (pending_done != NIL)
+			/*
+			 * Record what completed: at once when nothing else is running,
+			 * else in groups (32 results, or 5 ms after the first), so that
+			 * one transaction records many results.
+			 */
+			if (pending_done != NIL &&
+				(HttpClientRunning(http) == 0 ||
+				 list_length(pending_done) >= RECORD_BATCH ||
+				 TimestampDifferenceExceeds(first_done_at, GetCurrentTimestamp(),
+											RECORD_DELAY_MS)))
 			{
 				ListCell   *lc;
 
@@ -942,6 +961,8 @@ OutboxRelayMain(Datum main_arg)
 		now = GetCurrentTimestamp();
 		if (need_lease && total_in_flight < outbox_batch_size)
 			wait_ms = 0;
+		else if (pending_done != NIL)
+			wait_ms = RECORD_DELAY_MS;
 		else
 		{
 			wait_ms = outbox_poll_interval -
@@ -955,6 +976,8 @@ OutboxRelayMain(Datum main_arg)
 		if (woken)
 			need_lease = true;
 		MemoryContextSwitchTo(events_context);
+		if (done != NULL && pending_done == NIL)
+			first_done_at = GetCurrentTimestamp();
 		while (done != NULL)
 		{
 			HttpRequest *next = done->next_done;

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Relay throughput and commit-to-sink latency, outbox_pg vs the reference
+application-side poller (app_poller.py), side by side in one run.
+
+nginx answers 204 to every POST and logs the arrival time and the ce-id of
+each request.  On a throwaway cluster:
+
+  (a) throughput: N events emitted up front (destination paused), then
+      resumed; events/s until all are published; the relay worker's RSS is
+      sampled along the way;
+  (b) latency: M single events, each committed on its own, spaced apart,
+      with outbox.poll_interval = 60s so only the commit wake-up counts;
+      commit-to-sink = nginx arrival time - the moment COMMIT was sent;
+  (c) the same two figures for the reference poller.
+
+Environment: BENCH_EVENTS (100000), BENCH_LATENCY_EVENTS (1000),
+BENCH_WORKERS (1).  A benchmark, not a test.
+"""
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import psycopg2
+
+BIN = "/usr/lib/postgresql/15/bin"
+HERE = os.path.dirname(os.path.abspath(__file__))
+N = int(os.environ.get("BENCH_EVENTS", "100000"))
+M = int(os.environ.get("BENCH_LATENCY_EVENTS", "1000"))
+WORKERS = int(os.environ.get("BENCH_WORKERS", "1"))
+PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benchmark payment"}'
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def start_nginx(tmp):
+    port = free_port()
+    conf = os.path.join(tmp, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx_error.log;
+events {{ worker_connections 4096; }}
+http {{
+    client_body_temp_path {tmp};
+    proxy_temp_path {tmp};
+    fastcgi_temp_path {tmp};
+    uwsgi_temp_path {tmp};
+    scgi_temp_path {tmp};
+    log_format arrival '$msec $http_ce_id';
+    access_log {tmp}/arrivals.log arrival buffer=64k flush=100ms;
+    keepalive_requests 1000000;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ client_body_buffer_size 64k; return 204; }}
+    }}
+}}
+""")
+    subprocess.run(["nginx", "-c", conf, "-p", tmp], check=True)
+    return port
+
+
+def arrivals(tmp):
+    out = {}
+    path = os.path.join(tmp, "arrivals.log")
+    if os.path.exists(path):
+        for line in open(path):
+            parts = line.split()
+            if len(parts) == 2 and parts[1] != "-":
+                out.setdefault(parts[1], float(parts[0]))
+    return out
+
+
+def rss_kb(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="outbox_relay_bench_")
+    os.chmod(tmp, 0o777)
+    data = os.path.join(tmp, "data")
+    pgport = free_port()
+    nginx_port = start_nginx(tmp)
+    url = f"http://127.0.0.1:{nginx_port}/hook"
+    subprocess.run([f"{BIN}/initdb", "-D", data, "-A", "trust", "--no-sync"], check=True, capture_output=True)
+    with open(os.path.join(data, "postgresql.conf"), "a") as f:
+        f.write(f"""
+port = {pgport}
+listen_addresses = ''
+unix_socket_directories = '{tmp}'
+shared_preload_libraries = 'outbox_pg'
+shared_buffers = 512MB
+max_wal_size = 4GB
+outbox.poll_interval = '60s'
+outbox.workers_per_database = {WORKERS}
+outbox.batch_size = 500
+outbox.discovery_interval = 1
+""")
+    subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-l", os.path.join(tmp, "log"), "-w", "start"],
+                   check=True, capture_output=True)
+    dsn = f"host={tmp} port={pgport} dbname=postgres"
+    results = {}
+    try:
+        conn = psycopg2.connect(dsn)
+        conn.autocommit = True
+        cur = conn.cursor()
+        cur.execute(f"""
+CREATE EXTENSION outbox_pg;
+INSERT INTO outbox.destinations (name, url, max_concurrency, paused) VALUES ('bench', '{url}', 64, true);
+INSERT INTO outbox.routes (pattern, destination) VALUES ('*', 'bench');
+CREATE TABLE app_outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), type text NOT NULL,
+                         payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                         published_at timestamptz);
+CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
+""")
+        time.sleep(2)
+
+        # (a) outbox_pg throughput
+        cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{PAYLOAD}')) FROM generate_series(1, {N}) g")
+        relay_pid = None
+        for _ in range(200):
+            cur.execute("SELECT pid FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL ORDER BY worker LIMIT 1")
+            row = cur.fetchone()
+            if row:
+                relay_pid = row[0]
+                break
+            time.sleep(0.05)
+        rss = [rss_kb(relay_pid)]
+        t0 = time.time()
+        cur.execute("UPDATE outbox.destinations SET paused = false")
+        cur.execute("SELECT outbox.emit('bench.kick', 'k', '{}')")   # a commit wakes the relay
+        while True:
+            cur.execute("SELECT count(*) FROM outbox.events WHERE status = 'pending'")
+            left = cur.fetchone()[0]
+            rss.append(rss_kb(relay_pid))
+            if left == 0:
+                break
+            time.sleep(0.05)
+        elapsed = time.time() - t0
+        results["relay_eps"] = N / elapsed
+        rss = [r for r in rss if r]
+        results["rss"] = (rss[1] if len(rss) > 1 else rss[0], rss[len(rss) // 2], rss[-1])
+        print(f"  outbox_pg: {N} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
+
+        # (b) outbox_pg latency
+        lat_ids = {}
+        for i in range(M):
+            cur.execute("BEGIN")
+            cur.execute("SELECT outbox.emit('bench.latency', %s, '{}')", (str(i),))
+            mid = str(cur.fetchone()[0])
+            t_commit = time.time()
+            cur.execute("COMMIT")
+            lat_ids[mid] = t_commit
+            time.sleep(0.01)
+        time.sleep(1.5)
+        arr = arrivals(tmp)
+        lat = [(arr[k] - v) * 1000 for k, v in lat_ids.items() if k in arr]
+        results["relay_lat"] = (pct(lat, 50), pct(lat, 99), len(lat))
+
+        # (c) the reference poller: throughput
+        cur.execute(f"INSERT INTO app_outbox (type, payload) SELECT 'bench.event', '{PAYLOAD}' FROM generate_series(1, {N})")
+        t0 = time.time()
+        subprocess.run([sys.executable, os.path.join(HERE, "app_poller.py"), dsn, url, str(N)], check=True)
+        elapsed = time.time() - t0
+        results["app_eps"] = N / elapsed
+        print(f"  reference poller: {N} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
+
+        # (c) the reference poller: latency
+        poller = subprocess.Popen([sys.executable, os.path.join(HERE, "app_poller.py"), dsn, url, str(M)])
+        lat_ids = {}
+        for i in range(M):
+            cur.execute("BEGIN")
+            cur.execute("INSERT INTO app_outbox (type, payload) VALUES ('bench.latency', '{}') RETURNING id")
+            mid = str(cur.fetchone()[0])
+            t_commit = time.time()
+            cur.execute("COMMIT")
+            lat_ids[mid] = t_commit
+            time.sleep(0.01)
+        poller.wait(timeout=120)
+        time.sleep(1.5)
+        arr = arrivals(tmp)
+        lat = [(arr[k] - v) * 1000 for k, v in lat_ids.items() if k in arr]
+        results["app_lat"] = (pct(lat, 50), pct(lat, 99), len(lat))
+    finally:
+        subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
+        subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    r = results
+    print()
+    print(f"Relay vs the reference application poller — {N} events up front, {M} spaced single events, nginx 204 sink")
+    print()
+    print("| | outbox_pg relay | reference poller (2 s poll, one by one) | ratio |")
+    print("|---|---|---|---|")
+    print(f"| throughput (events/s) | {r['relay_eps']:.0f} | {r['app_eps']:.0f} | {r['relay_eps'] / r['app_eps']:.1f}x |")
+    print(f"| commit-to-sink p50 (ms) | {r['relay_lat'][0]:.1f} | {r['app_lat'][0]:.1f} | {r['app_lat'][0] / max(r['relay_lat'][0], 0.01):.0f}x faster |")
+    print(f"| commit-to-sink p99 (ms) | {r['relay_lat'][1]:.1f} | {r['app_lat'][1]:.1f} | {r['app_lat'][1] / max(r['relay_lat'][1], 0.01):.0f}x faster |")
+    print()
+    print(f"relay worker private memory (RssAnon, kB) at start / middle / end of the {N} events: {r['rss'][0]} / {r['rss'][1]} / {r['rss'][2]}")
+
+
+if __name__ == "__main__":
+    main()
