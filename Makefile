@@ -15,6 +15,7 @@ OBJS = \
 	src/http.o \
 	src/webhook.o \
 	src/retry.o \
+	src/store.o \
 	src/stats.o \
 	src/outbox_pg.o \
 	src/guc.o \

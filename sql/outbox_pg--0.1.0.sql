@@ -196,82 +196,36 @@ CREATE TRIGGER routes_changed
 
 -- The relay's steps (see src/relay.c).  Internal: not granted to anyone.
 
--- Lease up to batch_size due events of one destination for lease.  Each
--- lease counts as an attempt, so a message that crashes its sender still
--- reaches its attempt limit instead of looping forever.  A leased row is
--- due again when the lease runs out (a crashed relay's rows come back by
--- themselves).
+-- Lease up to batch_size due events of one destination (see src/store.c:
+-- the same statement the relay runs).  Each lease counts as an attempt;
+-- a leased row is due again when the lease runs out.
 CREATE FUNCTION outbox._lease(batch_size pg_catalog.int4, lease pg_catalog.interval,
                               destination pg_catalog.text)
-RETURNS SETOF outbox.events
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    UPDATE outbox.events AS e
-       SET attempts = e.attempts OPERATOR(pg_catalog.+) 1,
-           next_attempt_at = pg_catalog.now() OPERATOR(pg_catalog.+) lease
-      FROM (SELECT c.id
-              FROM outbox.events AS c
-             WHERE c.status OPERATOR(pg_catalog.=) 'pending'
-               AND c.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()
-               AND c.destination OPERATOR(pg_catalog.=) _lease.destination
-             ORDER BY c.next_attempt_at, c.id
-             LIMIT batch_size
-               FOR UPDATE SKIP LOCKED) AS due
-     WHERE e.id OPERATOR(pg_catalog.=) due.id
- RETURNING e.*;
-$$;
+RETURNS TABLE (id pg_catalog.uuid, type pg_catalog.text, aggregate_id pg_catalog.text,
+               payload pg_catalog.text, headers pg_catalog.jsonb, traceparent pg_catalog.text,
+               "time" pg_catalog.text, attempts pg_catalog.int4, age pg_catalog.float8)
+AS 'MODULE_PATHNAME', 'outbox_lease'
+LANGUAGE C VOLATILE;
 
--- Acknowledged: published.  Only pending rows change, so a late result
--- cannot undo what another worker recorded.
+-- Acknowledged: published.  Only pending rows change.
 CREATE FUNCTION outbox._ack(ids pg_catalog.uuid[], statuses pg_catalog.int4[])
-RETURNS void
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    UPDATE outbox.events AS e
-       SET status = 'published',
-           published_at = pg_catalog.clock_timestamp(),
-           last_status = r.status,
-           last_error = NULL
-      FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(statuses)) AS r(id, status)
-     WHERE e.id OPERATOR(pg_catalog.=) r.id
-       AND e.status OPERATOR(pg_catalog.=) 'pending';
-$$;
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'outbox_ack'
+LANGUAGE C VOLATILE;
 
 -- Transient failure: due again at next_at.
 CREATE FUNCTION outbox._retry(ids pg_catalog.uuid[], next_at pg_catalog.timestamptz[],
                               statuses pg_catalog.int4[], errors pg_catalog.text[])
-RETURNS void
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    UPDATE outbox.events AS e
-       SET next_attempt_at = r.next_at,
-           last_status = r.status,
-           last_error = r.error
-      FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(next_at),
-                     pg_catalog.unnest(statuses), pg_catalog.unnest(errors)) AS r(id, next_at, status, error)
-     WHERE e.id OPERATOR(pg_catalog.=) r.id
-       AND e.status OPERATOR(pg_catalog.=) 'pending';
-$$;
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'outbox_retry'
+LANGUAGE C VOLATILE;
 
 -- Permanent failure or out of attempts: dead letter, error kept.
 CREATE FUNCTION outbox._dead(ids pg_catalog.uuid[], statuses pg_catalog.int4[],
                              errors pg_catalog.text[])
-RETURNS void
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    UPDATE outbox.events AS e
-       SET status = 'dead',
-           last_status = r.status,
-           last_error = r.error
-      FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(statuses),
-                     pg_catalog.unnest(errors)) AS r(id, status, error)
-     WHERE e.id OPERATOR(pg_catalog.=) r.id
-       AND e.status OPERATOR(pg_catalog.=) 'pending';
-$$;
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'outbox_dead'
+LANGUAGE C VOLATILE;
 
 -- Give unrouted pending events the destination their type routes to now.
 CREATE FUNCTION outbox._route_pending()

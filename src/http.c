@@ -41,6 +41,9 @@
 
 #include "outbox_pg.h"
 
+/* Finished easy handles kept for reuse (curl_easy_reset keeps their buffers). */
+#define HTTP_POOL_SIZE	256
+
 typedef struct HttpSocket
 {
 	curl_socket_t fd;
@@ -58,6 +61,8 @@ struct HttpClient
 	HttpRequest *done_head;		/* completed, not yet taken */
 	HttpRequest *done_tail;
 	bool		oom;
+	CURL	   *pool[HTTP_POOL_SIZE];	/* finished handles, for reuse */
+	int			npool;
 };
 
 static int
@@ -271,7 +276,13 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 		goto done;
 	}
 
-	easy = curl_easy_init();
+	if (client->npool > 0)
+	{
+		easy = client->pool[--client->npool];
+		curl_easy_reset(easy);
+	}
+	else
+		easy = curl_easy_init();
 	if (easy == NULL)
 	{
 		req->curl_code = CURLE_OUT_OF_MEMORY;
@@ -353,7 +364,10 @@ http_collect(HttpClient *client)
 		else if (req->curl_code != CURLE_OK && req->error[0] == '\0')
 			strlcpy(req->error, curl_easy_strerror(req->curl_code), sizeof(req->error));
 		curl_multi_remove_handle(client->multi, easy);
-		curl_easy_cleanup(easy);
+		if (client->npool < HTTP_POOL_SIZE)
+			client->pool[client->npool++] = easy;
+		else
+			curl_easy_cleanup(easy);
 		req->easy = NULL;
 		client->running--;
 

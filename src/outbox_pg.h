@@ -195,6 +195,14 @@ extern HttpRequest *HttpClientWait(HttpClient *client, long timeout_ms,
 								   bool *latch_set);
 extern int	HttpClientRunning(HttpClient *client);
 
+/* store.c */
+extern uint64 OutboxStoreLease(int batch_size, Interval *lease,
+							   const char *destination);
+extern uint64 OutboxStoreAck(Datum ids, Datum statuses);
+extern uint64 OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses,
+							   Datum errors);
+extern uint64 OutboxStoreDead(Datum ids, Datum statuses, Datum errors);
+
 /* retry.c */
 typedef enum DeliveryOutcome
 {

@@ -144,10 +144,6 @@ static char last_logged_error[OUTBOX_ERROR_LEN];
 static TimestampTz last_logged_at = 0;
 
 static SPIPlanPtr destinations_plan = NULL;
-static SPIPlanPtr lease_plan = NULL;
-static SPIPlanPtr ack_plan = NULL;
-static SPIPlanPtr retry_plan = NULL;
-static SPIPlanPtr dead_plan = NULL;
 static SPIPlanPtr route_plan = NULL;
 
 /* The tables a relay cycle touches, in the order it locks them. */
@@ -207,35 +203,6 @@ relay_prepare_plans(void)
 										  " coalesce((options ->> 'circuit_threshold')::int4, 5)"
 										  " FROM outbox.destinations WHERE kind = 'webhook'",
 										  0, NULL);
-	if (lease_plan == NULL)
-	{
-		Oid			types[3] = {INT4OID, INTERVALOID, TEXTOID};
-
-		lease_plan = relay_prepare(
-								   "SELECT id, type, aggregate_id, payload::text, headers, traceparent,"
-								   " to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
-								   " attempts, extract(epoch FROM now() - created_at)::float8"
-								   " FROM outbox._lease($1, $2, $3)",
-								   3, types);
-	}
-	if (ack_plan == NULL)
-	{
-		Oid			types[2] = {UUIDARRAYOID, INT4ARRAYOID};
-
-		ack_plan = relay_prepare("SELECT outbox._ack($1, $2)", 2, types);
-	}
-	if (retry_plan == NULL)
-	{
-		Oid			types[4] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
-
-		retry_plan = relay_prepare("SELECT outbox._retry($1, $2, $3, $4)", 4, types);
-	}
-	if (dead_plan == NULL)
-	{
-		Oid			types[3] = {UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
-
-		dead_plan = relay_prepare("SELECT outbox._dead($1, $2, $3)", 3, types);
-	}
 	if (route_plan == NULL)
 		route_plan = relay_prepare("SELECT outbox._route_pending()", 0, NULL);
 }
@@ -479,19 +446,15 @@ relay_lease(List *dests, bool *drained)
 		DestinationConfig *d = lfirst(lc);
 		RelayDestination *rd = hash_search(destinations, d->name, HASH_FIND, NULL);
 		int			want = relay_capacity(rd, now);
-		Datum		args[3];
+		uint64		n;
 
 		if (want <= 0)
 			continue;
-		args[0] = Int32GetDatum(want);
-		args[1] = IntervalPGetDatum(lease);
-		args[2] = CStringGetTextDatum(d->name);
-		if (SPI_execute_plan(lease_plan, args, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not lease events");
-		if (SPI_processed >= (uint64) want)
+		n = OutboxStoreLease(want, lease, d->name);
+		if (n >= (uint64) want)
 			*drained = false;
 
-		for (uint64 i = 0; i < SPI_processed; i++)
+		for (uint64 i = 0; i < n; i++)
 		{
 			HeapTuple	tup = SPI_tuptable->vals[i];
 			TupleDesc	desc = SPI_tuptable->tupdesc;
@@ -695,36 +658,22 @@ relay_record(List *done)
 		return;
 	}
 	if (nack > 0)
-	{
-		Datum		args[2];
-
-		args[0] = PointerGetDatum(construct_array(ack_ids, nack, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-		args[1] = PointerGetDatum(construct_array(ack_status, nack, INT4OID, 4, true, TYPALIGN_INT));
-		if (SPI_execute_plan(ack_plan, args, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not record acknowledged events");
-	}
+		OutboxStoreAck(PointerGetDatum(construct_array(ack_ids, nack, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
+					   PointerGetDatum(construct_array(ack_status, nack, INT4OID, 4, true, TYPALIGN_INT)));
 	if (nretry > 0)
 	{
-		Datum		args[4];
-
 		dims[0] = nretry;
-		args[0] = PointerGetDatum(construct_array(retry_ids, nretry, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-		args[1] = PointerGetDatum(construct_array(retry_at, nretry, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		args[2] = PointerGetDatum(construct_md_array(retry_status, retry_status_null, 1, dims, lbs, INT4OID, 4, true, TYPALIGN_INT));
-		args[3] = PointerGetDatum(construct_array(retry_error, nretry, TEXTOID, -1, false, TYPALIGN_INT));
-		if (SPI_execute_plan(retry_plan, args, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not record failed events");
+		OutboxStoreRetry(PointerGetDatum(construct_array(retry_ids, nretry, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
+						 PointerGetDatum(construct_array(retry_at, nretry, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+						 PointerGetDatum(construct_md_array(retry_status, retry_status_null, 1, dims, lbs, INT4OID, 4, true, TYPALIGN_INT)),
+						 PointerGetDatum(construct_array(retry_error, nretry, TEXTOID, -1, false, TYPALIGN_INT)));
 	}
 	if (ndead > 0)
 	{
-		Datum		args[3];
-
 		dims[0] = ndead;
-		args[0] = PointerGetDatum(construct_array(dead_ids, ndead, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-		args[1] = PointerGetDatum(construct_md_array(dead_status, dead_status_null, 1, dims, lbs, INT4OID, 4, true, TYPALIGN_INT));
-		args[2] = PointerGetDatum(construct_array(dead_error, ndead, TEXTOID, -1, false, TYPALIGN_INT));
-		if (SPI_execute_plan(dead_plan, args, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not record dead-lettered events");
+		OutboxStoreDead(PointerGetDatum(construct_array(dead_ids, ndead, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
+						PointerGetDatum(construct_md_array(dead_status, dead_status_null, 1, dims, lbs, INT4OID, 4, true, TYPALIGN_INT)),
+						PointerGetDatum(construct_array(dead_error, ndead, TEXTOID, -1, false, TYPALIGN_INT)));
 	}
 	relay_commit();
 
@@ -786,6 +735,8 @@ OutboxRelayMain(Datum main_arg)
 	 * holds, and each cycle saves a disk flush.
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	/* plan every lease with its real LIMIT and array sizes (see store.c) */
+	SetConfigOption("plan_cache_mode", "force_custom_plan", PGC_USERSET, PGC_S_OVERRIDE);
 	pg_prng_seed(&prng, (uint64) MyProcPid ^ (uint64) GetCurrentTimestamp());
 
 	StartTransactionCommand();

@@ -1,0 +1,239 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.c
+ *		  The relay's statements on outbox.events: lease, ack, retry, dead.
+ *
+ * Each statement is prepared once per process and kept (SPI_keepplan).
+ * The relay calls them directly; outbox._lease(), _ack(), _retry() and
+ * _dead() expose the very same statements to SQL, so the regression and
+ * isolation tests exercise exactly what the relay runs.
+ *
+ * Design notes:
+ *
+ *	- Lease picks the due rows of one destination through the partial
+ *	  index (destination, next_attempt_at, id) WHERE status = 'pending',
+ *	  locks them with FOR UPDATE SKIP LOCKED, and updates them by ctid
+ *	  (= ANY of the locked rows' ctids, a TID scan) — there is no join for
+ *	  the planner to get wrong.  Each lease counts as an attempt and pushes
+ *	  next_attempt_at out by the lease time.
+ *	- The results are recorded by joining the arrays of ids to the primary
+ *	  key, and only rows still pending change: a late result never undoes
+ *	  what another worker recorded.
+ *	- Every name is schema-qualified, operators included.
+ *	- The relay runs with plan_cache_mode = force_custom_plan, so the
+ *	  planner always sees the real LIMIT and array sizes.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/store.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+
+#include "outbox_pg.h"
+
+PG_FUNCTION_INFO_V1(outbox_lease);
+PG_FUNCTION_INFO_V1(outbox_ack);
+PG_FUNCTION_INFO_V1(outbox_retry);
+PG_FUNCTION_INFO_V1(outbox_dead);
+
+static const char *lease_sql =
+"UPDATE outbox.events AS e"
+"   SET attempts = e.attempts OPERATOR(pg_catalog.+) 1,"
+"       next_attempt_at = pg_catalog.now() OPERATOR(pg_catalog.+) $2"
+" WHERE e.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+"        SELECT c.ctid FROM outbox.events AS c"
+"         WHERE c.status OPERATOR(pg_catalog.=) 'pending'"
+"           AND c.destination OPERATOR(pg_catalog.=) $3"
+"           AND c.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+"         ORDER BY c.next_attempt_at, c.id"
+"         LIMIT $1"
+"           FOR UPDATE SKIP LOCKED))"
+" RETURNING e.id, e.type, e.aggregate_id, e.payload::pg_catalog.text, e.headers,"
+"           e.traceparent,"
+"           pg_catalog.to_char(e.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
+"           e.attempts,"
+"           pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) e.created_at)";
+
+static const char *ack_sql =
+"UPDATE outbox.events AS e"
+"   SET status = 'published', published_at = pg_catalog.clock_timestamp(),"
+"       last_status = r.status, last_error = NULL"
+"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS r(id, status)"
+" WHERE e.id OPERATOR(pg_catalog.=) r.id"
+"   AND e.status OPERATOR(pg_catalog.=) 'pending'";
+
+static const char *retry_sql =
+"UPDATE outbox.events AS e"
+"   SET next_attempt_at = r.next_at, last_status = r.status, last_error = r.error"
+"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+"                  pg_catalog.unnest($3), pg_catalog.unnest($4)) AS r(id, next_at, status, error)"
+" WHERE e.id OPERATOR(pg_catalog.=) r.id"
+"   AND e.status OPERATOR(pg_catalog.=) 'pending'";
+
+static const char *dead_sql =
+"UPDATE outbox.events AS e"
+"   SET status = 'dead', last_status = r.status, last_error = r.error"
+"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+"                  pg_catalog.unnest($3)) AS r(id, status, error)"
+" WHERE e.id OPERATOR(pg_catalog.=) r.id"
+"   AND e.status OPERATOR(pg_catalog.=) 'pending'";
+
+static SPIPlanPtr lease_plan = NULL;
+static SPIPlanPtr ack_plan = NULL;
+static SPIPlanPtr retry_plan = NULL;
+static SPIPlanPtr dead_plan = NULL;
+
+static SPIPlanPtr
+store_prepare(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes)
+{
+	if (*plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(sql, nargs, argtypes);
+
+		if (p == NULL)
+			elog(ERROR, "could not prepare outbox statement: %s",
+				 SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(p) != 0)
+			elog(ERROR, "could not keep outbox statement");
+		*plan = p;
+	}
+	return *plan;
+}
+
+static uint64
+store_execute(SPIPlanPtr plan, Datum *args, int expected)
+{
+	int			ret = SPI_execute_plan(plan, args, NULL, false, 0);
+
+	if (ret != expected)
+		elog(ERROR, "outbox statement failed: %s", SPI_result_code_string(ret));
+	return SPI_processed;
+}
+
+/*
+ * Lease up to batch_size due events of a destination.  The rows are left
+ * in SPI_tuptable: id, type, aggregate_id, payload (text), headers,
+ * traceparent, time (RFC 3339 text), attempts, age in seconds.
+ * The caller is connected to SPI.
+ */
+uint64
+OutboxStoreLease(int batch_size, Interval *lease, const char *destination)
+{
+	Oid			types[3] = {INT4OID, INTERVALOID, TEXTOID};
+	Datum		args[3];
+
+	args[0] = Int32GetDatum(batch_size);
+	args[1] = IntervalPGetDatum(lease);
+	args[2] = CStringGetTextDatum(destination);
+	return store_execute(store_prepare(&lease_plan, lease_sql, 3, types),
+						 args, SPI_OK_UPDATE_RETURNING);
+}
+
+uint64
+OutboxStoreAck(Datum ids, Datum statuses)
+{
+	Oid			types[2] = {UUIDARRAYOID, INT4ARRAYOID};
+	Datum		args[2] = {ids, statuses};
+
+	return store_execute(store_prepare(&ack_plan, ack_sql, 2, types),
+						 args, SPI_OK_UPDATE);
+}
+
+uint64
+OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses, Datum errors)
+{
+	Oid			types[4] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+	Datum		args[4] = {ids, next_at, statuses, errors};
+
+	return store_execute(store_prepare(&retry_plan, retry_sql, 4, types),
+						 args, SPI_OK_UPDATE);
+}
+
+uint64
+OutboxStoreDead(Datum ids, Datum statuses, Datum errors)
+{
+	Oid			types[3] = {UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+	Datum		args[3] = {ids, statuses, errors};
+
+	return store_execute(store_prepare(&dead_plan, dead_sql, 3, types),
+						 args, SPI_OK_UPDATE);
+}
+
+/*
+ * SQL wrappers, for tests and for operators who want to see what the relay
+ * would do.  Internal: not granted to anyone.
+ */
+static void
+store_require_args(FunctionCallInfo fcinfo)
+{
+	for (int i = 0; i < PG_NARGS(); i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("arguments must not be null")));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+Datum
+outbox_lease(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	uint64		n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	store_require_args(fcinfo);
+	if (PG_GETARG_INT32(0) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch size must not be negative")));
+	n = OutboxStoreLease(PG_GETARG_INT32(0), PG_GETARG_INTERVAL_P(1),
+						 text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+Datum
+outbox_ack(PG_FUNCTION_ARGS)
+{
+	uint64		n;
+
+	store_require_args(fcinfo);
+	n = OutboxStoreAck(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1));
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
+}
+
+Datum
+outbox_retry(PG_FUNCTION_ARGS)
+{
+	uint64		n;
+
+	store_require_args(fcinfo);
+	n = OutboxStoreRetry(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
+						 PG_GETARG_DATUM(2), PG_GETARG_DATUM(3));
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
+}
+
+Datum
+outbox_dead(PG_FUNCTION_ARGS)
+{
+	uint64		n;
+
+	store_require_args(fcinfo);
+	n = OutboxStoreDead(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2));
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
+}
