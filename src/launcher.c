@@ -359,8 +359,14 @@ OutboxLauncherMain(Datum main_arg)
 			last_list = 0;
 		}
 
+		/*
+		 * Re-read pg_database every discovery interval, or when a commit
+		 * found no relay for its database — but at most once a second, so a
+		 * busy database that is not to be relayed costs nothing.
+		 */
 		now = GetCurrentTimestamp();
-		if (OidIsValid(outbox_shared->launcher_wanted_db) ||
+		if ((OidIsValid(outbox_shared->launcher_wanted_db) &&
+			 TimestampDifferenceExceeds(last_list, now, 1000)) ||
 			TimestampDifferenceExceeds(last_list, now,
 									   outbox_discovery_interval * 1000))
 		{

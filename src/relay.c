@@ -80,8 +80,8 @@
 #define RETRY_AFTER_MAX_MS		3600000
 #define ROUTE_INTERVAL_MS		5000
 #define ERROR_PAUSE_MS			1000
-#define RECORD_BATCH			32
-#define RECORD_DELAY_MS			5
+#define RECORD_BATCH			128
+#define RECORD_DELAY_MS			10
 
 /* Per-destination state that outlives a cycle; hash entry keyed by name. */
 typedef struct RelayDestination
@@ -790,7 +790,7 @@ OutboxRelayMain(Datum main_arg)
 
 			/*
 			 * Record what completed: at once when nothing else is running,
-			 * else in groups (32 results, or 5 ms after the first), so that
+			 * else in groups (128 results, or 10 ms after the first), so that
 			 * one transaction records many results.
 			 */
 			if (pending_done != NIL &&

@@ -70,7 +70,8 @@ wake_xact_callback(XactEvent event, void *arg)
 			found = true;
 		}
 	}
-	if (!found)
+	/* ask once; the launcher clears the request when it has looked */
+	if (!found && outbox_shared->launcher_wanted_db != MyDatabaseId)
 	{
 		outbox_shared->launcher_wanted_db = MyDatabaseId;
 		OutboxSetLatchByProcno(outbox_shared->launcher_procno);

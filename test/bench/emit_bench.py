@@ -81,6 +81,9 @@ def main():
     with open(os.path.join(datadir, "postgresql.conf"), "a") as f:
         f.write(f"""
 shared_preload_libraries = 'outbox_pg'
+# no relay: emit() is measured like pgq.insert_event(), without a consumer
+# competing for the CPU (the commit wake-up still runs)
+outbox.databases = ''
 port = {PORT}
 listen_addresses = ''
 unix_socket_directories = '{datadir}'

@@ -128,7 +128,7 @@ outbox.discovery_interval = 1
         cur = conn.cursor()
         cur.execute(f"""
 CREATE EXTENSION outbox_pg;
-INSERT INTO outbox.destinations (name, url, max_concurrency, paused) VALUES ('bench', '{url}', 64, true);
+INSERT INTO outbox.destinations (name, url, max_concurrency, paused) VALUES ('bench', '{url}', 256, true);
 INSERT INTO outbox.routes (pattern, destination) VALUES ('*', 'bench');
 CREATE TABLE app_outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), type text NOT NULL,
                          payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT clock_timestamp(),

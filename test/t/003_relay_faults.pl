@@ -14,7 +14,7 @@ use Test::More;
 use Time::HiRes qw(time);
 
 my $sink = start_sink();
-my $node = new_outbox_node('faults', "outbox.workers_per_database = 2\n");
+my $node = new_outbox_node('faults', "outbox.workers_per_database = 2\noutbox.allowed_hosts = '127.0.0.1'\n");
 $node->start;
 my $u = $sink->{url};
 
@@ -33,7 +33,8 @@ $node->safe_psql('postgres', qq{
 		('big',       '$u/big/h', 2000, 2, 50, 200),
 		('slow',      '$u/delay/3000/i', 10000, 10, 50, 200),
 		('healthy',   '$u/ok/j', 2000, 10, 50, 200),
-		('downtime',  '$u/ok/k', 1000, 100, 50, 500);
+		('downtime',  '$u/ok/k', 1000, 100, 50, 500),
+		('forbidden', 'http://localhost:$sink->{port}/ok/n', 1000, 2, 50, 200);
 	UPDATE outbox.destinations SET max_concurrency = 2 WHERE name = 'slow';
 	-- per-message retries without the destination-wide circuit breaker
 	UPDATE outbox.destinations SET options = '{"circuit_threshold": 0}'
@@ -152,6 +153,13 @@ ok($healthy_time < 2.5, sprintf('the healthy destination was not held up by the 
 ok($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE destination = 'slow' AND status = 'published'}) < 10,
 	'the slow one was still working meanwhile');
 ok(published('slow', 10), 'the slow destination finishes too');
+
+# a host outside outbox.allowed_hosts is never contacted
+emit_n('forbidden', 1);
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'dead' AND last_error = 'host "localhost" is not in outbox.allowed_hosts'
+	  FROM outbox.events WHERE destination = 'forbidden'}), 'a host not on the allow-list is refused');
+is(scalar(grep { $_->{path} eq '/ok/n' } sink_records($sink)), 0, 'and never contacted');
 
 # the sink goes down for a while, then comes back
 stop_sink($sink);
