@@ -4,7 +4,7 @@
 #   make installcheck           pg_regress, isolation specs and TAP tests on a
 #                               private temporary instance (run as a non-root
 #                               user; test/run does all of it from scratch)
-#   make bench                  benchmarks (see test/bench/README)
+#   make bench                  benchmarks (see README.md, "Performance")
 
 MODULE_big = outbox_pg
 OBJS = \
