@@ -84,14 +84,14 @@ $node->safe_psql('postgres', 'CREATE DATABASE scratch');
 my $t0 = time;
 $node->safe_psql('postgres', 'DROP DATABASE scratch');
 my $drop_time = time - $t0;
-ok($drop_time < 5, sprintf('DROP DATABASE of another database completes promptly (%.2f s)', $drop_time));
+ok($drop_time < 10, sprintf('DROP DATABASE of another database completes promptly (%.2f s; the requests hang for 60 s)', $drop_time));
 
 my @pids = relay_pids($node, 'postgres');
 $t0 = time;
 kill 'TERM', @pids;
 ok(wait_until(sub { !grep { kill(0, $_) } @pids }, 10), 'SIGTERM: relays with hanging requests exit');
 my $exit_time = time - $t0;
-ok($exit_time < 2, sprintf('... within %.2f s', $exit_time));
+ok($exit_time < 5, sprintf('... within %.2f s (the requests hang for 60 s)', $exit_time));
 ok($node->poll_query_until('postgres', q{
 	SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox_pg relay' AND datname = 'postgres'}),
 	'the launcher starts new relays');
