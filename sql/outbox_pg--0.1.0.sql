@@ -159,17 +159,15 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION outbox.emit(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.timestamptz) IS
     'Write an event into the outbox in the current transaction; returns its message id.';
 
--- SECURITY DEFINER: the claim insert runs as the extension owner so that
--- application roles need no privilege on inbox.claims.  No SET search_path:
--- the C function's only statement is schema-qualified and operator-free
--- (see src/inbox.c), and a per-call SET would cost a GUC save/restore.
+-- Like emit(), claim() writes through the executor directly (no SQL, no
+-- search_path, no table privilege checks): EXECUTE is the whole grant.
 CREATE FUNCTION inbox.claim(
     message_id  pg_catalog.text,
     consumer    pg_catalog.text DEFAULT 'default',
     ttl         pg_catalog.interval DEFAULT NULL)
 RETURNS pg_catalog.bool
 AS 'MODULE_PATHNAME', 'inbox_claim'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION inbox.claim(pg_catalog.text, pg_catalog.text, pg_catalog.interval) IS
     'Claim a message id for a consumer in the current transaction; true the first time only.';

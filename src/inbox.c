@@ -14,11 +14,19 @@
  *	- a rollback of the claiming transaction removes the claim together
  *	  with the business write it protected.
  *
- * ON CONFLICT needs the executor's speculative-insertion protocol, so this
- * goes through SPI with one kept plan per backend.  The statement text is
- * schema-qualified and contains no operator or function call (the
- * timestamps are computed here), so the search_path of a caller cannot
- * redirect anything even though the function is SECURITY DEFINER.
+ * The insert runs the executor's speculative-insertion protocol directly
+ * (what INSERT ... ON CONFLICT DO NOTHING does inside ModifyTable), without
+ * parsing, planning or SPI: check the unique index, waiting for any
+ * in-progress inserter of the same key; insert the heap tuple with a
+ * speculative token; insert the index entries; confirm the tuple, or kill
+ * it and start over if a concurrent inserter won the race in between.
+ * Under REPEATABLE READ or SERIALIZABLE a conflicting row that the
+ * transaction's snapshot cannot see is a serialization failure, as with
+ * ON CONFLICT DO NOTHING.
+ *
+ * Privileges: like outbox.emit(), the function finds its table by OID in
+ * the extension's schema, never consults search_path and does not check
+ * table privileges; EXECUTE on inbox.claim() is the whole grant.
  *
  * Retention: a claim must outlive every possible redelivery of its
  * message, or a late duplicate is processed twice.  Retentions shorter
@@ -33,11 +41,20 @@
  */
 #include "postgres.h"
 
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pg_type.h"
-#include "executor/spi.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "executor/executor.h"
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/datetime.h"
 #include "utils/timestamp.h"
 
@@ -45,11 +62,133 @@
 
 PG_FUNCTION_INFO_V1(inbox_claim);
 
-static SPIPlanPtr claim_plan = NULL;
+/* columns of inbox.claims */
+#define CLAIM_NATTS		4
 
-static const char *claim_sql =
-"INSERT INTO inbox.claims (consumer, message_id, claimed_at, expires_at) "
-"VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+static Oid
+claim_relid(void)
+{
+	Oid			nspid = get_namespace_oid(INBOX_SCHEMA, true);
+	Oid			relid = OidIsValid(nspid) ? get_relname_relid("claims", nspid) : InvalidOid;
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s.claims\" does not exist", INBOX_SCHEMA),
+				 errhint("Run CREATE EXTENSION outbox_pg in this database.")));
+	return relid;
+}
+
+/*
+ * Under a transaction snapshot, a conflicting claim this transaction cannot
+ * see means a concurrent transaction claimed the id after our snapshot was
+ * taken: report a serialization failure rather than silently answer
+ * "duplicate" for a row we cannot see.
+ */
+static void
+claim_check_visible(EState *estate, Relation rel, ItemPointer tid)
+{
+	TupleTableSlot *other;
+	bool		isnull;
+
+	if (!IsolationUsesXactSnapshot())
+		return;
+	other = table_slot_create(rel, NULL);
+	if (!table_tuple_fetch_row_version(rel, tid, SnapshotAny, other))
+		elog(ERROR, "could not fetch the conflicting claim");
+	if (!table_tuple_satisfies_snapshot(rel, other, estate->es_snapshot) &&
+		!TransactionIdIsCurrentTransactionId(
+											 DatumGetTransactionId(slot_getsysattr(other, MinTransactionIdAttributeNumber, &isnull))))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent update")));
+	ExecDropSingleTupleTableSlot(other);
+}
+
+/*
+ * Insert the claim unless its key exists; true if inserted.
+ */
+static bool
+claim_insert(Datum *values)
+{
+	Oid			relid = claim_relid();
+	Relation	rel;
+	EState	   *estate;
+	RangeTblEntry *rte;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	TupleDesc	tupdesc;
+	bool		claimed;
+
+	rel = table_open(relid, RowExclusiveLock);
+	tupdesc = RelationGetDescr(rel);
+	if (tupdesc->natts != CLAIM_NATTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s.claims\" does not have the expected columns", INBOX_SCHEMA),
+				 errhint("The outbox_pg library and its SQL objects do not match; run ALTER EXTENSION outbox_pg UPDATE.")));
+
+	estate = CreateExecutorState();
+	estate->es_snapshot = GetActiveSnapshot();
+	rte = makeNode(RangeTblEntry);
+	rte->rtekind = RTE_RELATION;
+	rte->relid = relid;
+	rte->relkind = RELKIND_RELATION;
+	rte->rellockmode = RowExclusiveLock;
+	ExecInitRangeTable(estate, list_make1(rte));
+
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	CheckValidResultRel(rri, CMD_INSERT);
+	estate->es_output_cid = GetCurrentCommandId(true);
+	ExecOpenIndices(rri, true);
+
+	slot = ExecInitExtraTupleSlot(estate, tupdesc, &TTSOpsVirtual);
+	ExecClearTuple(slot);
+	for (int i = 0; i < CLAIM_NATTS; i++)
+	{
+		slot->tts_values[i] = values[i];
+		slot->tts_isnull[i] = false;
+	}
+	ExecStoreVirtualTuple(slot);
+
+	for (;;)
+	{
+		ItemPointerData conflict;
+		bool		race = false;
+		uint32		token;
+		List	   *recheck;
+
+		/* waits for an in-progress inserter of the same key */
+		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, NIL))
+		{
+			claim_check_visible(estate, rel, &conflict);
+			claimed = false;
+			break;
+		}
+
+		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+		table_tuple_insert_speculative(rel, slot, estate->es_output_cid, 0,
+									   NULL, token);
+		recheck = ExecInsertIndexTuples(rri, slot, estate, false, true,
+										&race, NIL);
+		table_tuple_complete_speculative(rel, slot, token, !race);
+		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+		list_free(recheck);
+		if (!race)
+		{
+			claimed = true;
+			break;
+		}
+		/* a concurrent claim got in between the check and the insert */
+	}
+
+	ExecCloseIndices(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+	table_close(rel, NoLock);
+	return claimed;
+}
 
 /* Seconds spanned by an interval, months counted as 30 days. */
 static double
@@ -81,10 +220,13 @@ inbox_claim(PG_FUNCTION_ARGS)
 	TimestampTz now;
 	TimestampTz expires_at;
 	double		ttl_secs;
-	Datum		values[4];
-	int			ret;
+	Datum		values[CLAIM_NATTS];
 	bool		claimed;
 
+	if (XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot claim a message in a read-only transaction")));
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -129,33 +271,11 @@ inbox_claim(PG_FUNCTION_ARGS)
 						   seconds_to_text(outbox_redelivery_window)),
 				 errhint("Use a longer ttl, or lower outbox.redelivery_window if no broker or relay can redeliver that late.")));
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-
-	if (claim_plan == NULL)
-	{
-		Oid			argtypes[4] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-		SPIPlanPtr	plan = SPI_prepare(claim_sql, 4, argtypes);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		claim_plan = plan;
-	}
-
 	values[0] = PG_GETARG_DATUM(1);
 	values[1] = PG_GETARG_DATUM(0);
 	values[2] = TimestampTzGetDatum(now);
 	values[3] = TimestampTzGetDatum(expires_at);
-
-	ret = SPI_execute_plan(claim_plan, values, NULL, false, 0);
-	if (ret != SPI_OK_INSERT)
-		elog(ERROR, "unexpected result of claim insert: %s",
-			 SPI_result_code_string(ret));
-	claimed = (SPI_processed == 1);
-
-	SPI_finish();
+	claimed = claim_insert(values);
 
 	PG_RETURN_BOOL(claimed);
 }
