@@ -94,7 +94,8 @@ config_invalidate_callback(Datum arg, Oid relid)
 	if (!OidIsValid(relid) ||
 		relid == config.events_relid ||
 		relid == config.destinations_relid ||
-		relid == config.routes_relid)
+		relid == config.routes_relid ||
+		relid == config.claims_relid)
 	{
 		config_valid = false;
 		config_generation++;
@@ -197,6 +198,14 @@ config_load(void)
 	config.events_relid = config_relid(nspid, OUTBOX_EVENTS_TABLE);
 	config.destinations_relid = config_relid(nspid, OUTBOX_DESTINATIONS_TABLE);
 	config.routes_relid = config_relid(nspid, OUTBOX_ROUTES_TABLE);
+	nspid = get_namespace_oid(INBOX_SCHEMA, true);
+	config.claims_relid = OidIsValid(nspid) ?
+		get_relname_relid(INBOX_CLAIMS_TABLE, nspid) : InvalidOid;
+	if (!OidIsValid(config.claims_relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s.%s\" does not exist", INBOX_SCHEMA, INBOX_CLAIMS_TABLE),
+				 errhint("Run CREATE EXTENSION outbox_pg in this database.")));
 
 	for (int i = 1; i <= EV_NATTS; i++)
 	{

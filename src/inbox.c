@@ -44,7 +44,6 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "executor/executor.h"
 #include "fmgr.h"
@@ -52,7 +51,6 @@
 #include "nodes/makefuncs.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/datetime.h"
@@ -64,20 +62,6 @@ PG_FUNCTION_INFO_V1(inbox_claim);
 
 /* columns of inbox.claims */
 #define CLAIM_NATTS		4
-
-static Oid
-claim_relid(void)
-{
-	Oid			nspid = get_namespace_oid(INBOX_SCHEMA, true);
-	Oid			relid = OidIsValid(nspid) ? get_relname_relid("claims", nspid) : InvalidOid;
-
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table \"%s.claims\" does not exist", INBOX_SCHEMA),
-				 errhint("Run CREATE EXTENSION outbox_pg in this database.")));
-	return relid;
-}
 
 /*
  * Under a transaction snapshot, a conflicting claim this transaction cannot
@@ -111,7 +95,7 @@ claim_check_visible(EState *estate, Relation rel, ItemPointer tid)
 static bool
 claim_insert(Datum *values)
 {
-	Oid			relid = claim_relid();
+	Oid			relid = OutboxGetConfig()->claims_relid;
 	Relation	rel;
 	EState	   *estate;
 	RangeTblEntry *rte;

@@ -33,6 +33,7 @@
 #define OUTBOX_EVENTS_TABLE		"events"
 #define OUTBOX_DESTINATIONS_TABLE "destinations"
 #define OUTBOX_ROUTES_TABLE		"routes"
+#define INBOX_CLAIMS_TABLE		"claims"
 
 /* Limits on identifiers carried in events and claims. */
 #define OUTBOX_MAX_TYPE_LEN		255
@@ -96,6 +97,7 @@ typedef struct OutboxConfig
 	Oid			events_relid;
 	Oid			destinations_relid;
 	Oid			routes_relid;
+	Oid			claims_relid;
 } OutboxConfig;
 
 extern const OutboxConfig *OutboxGetConfig(void);
