@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU cost per call, counted in instructions: emit() vs a prepared plain
-INSERT of the same row, and claim() vs a prepared INSERT ... ON CONFLICT DO
-NOTHING.  Each variant runs N times in a single-user backend under
+INSERT of the same row and vs PgQ's pgq.insert_event(), and claim() vs a
+prepared INSERT ... ON CONFLICT DO NOTHING.  Each variant runs N times in a single-user backend under
 valgrind's callgrind, which counts instructions exactly, whatever else the
 machine is doing — the pgbench ratios (emit_bench.py) move by ±15 % on a
 shared machine, these do not.  Network and client costs, the same for
@@ -21,6 +21,8 @@ PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benc
 
 SETUP = """
 CREATE EXTENSION outbox_pg;
+CREATE EXTENSION pgq;
+SELECT pgq.create_queue('payments');
 CREATE SCHEMA bench;
 CREATE TABLE bench.plain_events (LIKE outbox.events INCLUDING ALL);
 CREATE TABLE bench.plain_claims (LIKE inbox.claims INCLUDING ALL);
@@ -33,6 +35,7 @@ VARIANTS = {
                "destination, status, attempts, next_attempt_at, created_at) VALUES (gen_random_uuid(), "
                f"'payment.created', $1, '{PAYLOAD}', 'payments', 'pending', 0, now(), now());", "{i}"),
     "emit": (f"PREPARE s(text) AS SELECT outbox.emit('payment.created', $1, '{PAYLOAD}');", "{i}"),
+    "pgq": (f"PREPARE s(text) AS SELECT pgq.insert_event('payments', 'payment.created', '{PAYLOAD}');", "{i}"),
     "upsert": ("PREPARE s(text) AS INSERT INTO bench.plain_claims (consumer, message_id, claimed_at, "
                "expires_at) VALUES ('default', $1, now(), now() + interval '7 days') ON CONFLICT DO NOTHING;", "m{i}"),
     "claim": ("PREPARE s(text) AS SELECT inbox.claim($1);", "m{i}"),
@@ -70,6 +73,7 @@ def main():
     print("| operation | baseline | instructions | outbox_pg | instructions | baseline/outbox_pg |")
     print("|---|---|---|---|---|---|")
     print(f"| write an event | prepared INSERT | {cost['insert']:,.0f} | emit() | {cost['emit']:,.0f} | {cost['insert'] / cost['emit']:.2f} |")
+    print(f"| write an event | PgQ pgq.insert_event() | {cost['pgq']:,.0f} | emit() | {cost['emit']:,.0f} | {cost['pgq'] / cost['emit']:.2f} |")
     print(f"| claim a message id | prepared INSERT ... ON CONFLICT DO NOTHING | {cost['upsert']:,.0f} | inbox.claim() | {cost['claim']:,.0f} | {cost['upsert'] / cost['claim']:.2f} |")
 
 
