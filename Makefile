@@ -21,6 +21,7 @@ OBJS = \
 	src/guc.o \
 	src/config.o \
 	src/validate.o \
+	src/direct.o \
 	src/emit.o \
 	src/inbox.o
 

@@ -115,58 +115,26 @@ emit_text_arg(FunctionCallInfo fcinfo, int argno)
 static void
 emit_insert(Oid relid, Datum *values, bool *nulls)
 {
-	Relation	rel;
-	EState	   *estate;
-	RangeTblEntry *rte;
-	ResultRelInfo *rri;
+	OutboxInsertState st;
 	TupleTableSlot *slot;
-	TupleDesc	tupdesc;
 
-	rel = table_open(relid, RowExclusiveLock);
-	tupdesc = RelationGetDescr(rel);
-
-	estate = CreateExecutorState();
-	rte = makeNode(RangeTblEntry);
-	rte->rtekind = RTE_RELATION;
-	rte->relid = relid;
-	rte->relkind = RELKIND_RELATION;
-	rte->rellockmode = RowExclusiveLock;
-	ExecInitRangeTable(estate, list_make1(rte));
-
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 1, NULL, 0);
-	CheckValidResultRel(rri, CMD_INSERT);
-	estate->es_output_cid = GetCurrentCommandId(true);
-	ExecOpenIndices(rri, false);
-
-	slot = ExecInitExtraTupleSlot(estate, tupdesc, &TTSOpsVirtual);
-	ExecClearTuple(slot);
-	for (int i = 0; i < tupdesc->natts; i++)
+	OutboxBeginInsert(&st, relid, false);
+	slot = st.slot;
+	/* columns added by a later version than this library stay NULL */
+	for (int i = 0; i < EV_NATTS && i < slot->tts_tupleDescriptor->natts; i++)
 	{
-		/* columns added by a later version than this library are NULL */
-		if (i < EV_NATTS)
-		{
-			slot->tts_values[i] = values[i];
-			slot->tts_isnull[i] = nulls[i];
-		}
-		else
-		{
-			slot->tts_values[i] = (Datum) 0;
-			slot->tts_isnull[i] = true;
-		}
+		slot->tts_values[i] = values[i];
+		slot->tts_isnull[i] = nulls[i];
 	}
 	ExecStoreVirtualTuple(slot);
 
-	if (rri->ri_TrigDesc)
+	if (st.rri->ri_TrigDesc)
 		AfterTriggerBeginQuery();
-	ExecSimpleRelationInsert(rri, estate, slot);
-	if (rri->ri_TrigDesc)
-		AfterTriggerEndQuery(estate);
+	ExecSimpleRelationInsert(st.rri, st.estate, slot);
+	if (st.rri->ri_TrigDesc)
+		AfterTriggerEndQuery(st.estate);
 
-	ExecCloseIndices(rri);
-	ExecResetTupleTable(estate->es_tupleTable, false);
-	FreeExecutorState(estate);
-	table_close(rel, NoLock);
+	OutboxEndInsert(&st);
 }
 
 /*

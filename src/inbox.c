@@ -95,40 +95,19 @@ claim_check_visible(EState *estate, Relation rel, ItemPointer tid)
 static bool
 claim_insert(Datum *values)
 {
-	Oid			relid = OutboxGetConfig()->claims_relid;
-	Relation	rel;
-	EState	   *estate;
-	RangeTblEntry *rte;
-	ResultRelInfo *rri;
+	OutboxInsertState st;
 	TupleTableSlot *slot;
-	TupleDesc	tupdesc;
 	bool		claimed;
 
-	rel = table_open(relid, RowExclusiveLock);
-	tupdesc = RelationGetDescr(rel);
-	if (tupdesc->natts != CLAIM_NATTS)
+	OutboxBeginInsert(&st, OutboxGetConfig()->claims_relid, true);
+	if (RelationGetDescr(st.rel)->natts != CLAIM_NATTS)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table \"%s.claims\" does not have the expected columns", INBOX_SCHEMA),
+				 errmsg("table \"%s.%s\" does not have the expected columns",
+						INBOX_SCHEMA, INBOX_CLAIMS_TABLE),
 				 errhint("The outbox_pg library and its SQL objects do not match; run ALTER EXTENSION outbox_pg UPDATE.")));
-
-	estate = CreateExecutorState();
-	estate->es_snapshot = GetActiveSnapshot();
-	rte = makeNode(RangeTblEntry);
-	rte->rtekind = RTE_RELATION;
-	rte->relid = relid;
-	rte->relkind = RELKIND_RELATION;
-	rte->rellockmode = RowExclusiveLock;
-	ExecInitRangeTable(estate, list_make1(rte));
-
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 1, NULL, 0);
-	CheckValidResultRel(rri, CMD_INSERT);
-	estate->es_output_cid = GetCurrentCommandId(true);
-	ExecOpenIndices(rri, true);
-
-	slot = ExecInitExtraTupleSlot(estate, tupdesc, &TTSOpsVirtual);
-	ExecClearTuple(slot);
+	st.estate->es_snapshot = GetActiveSnapshot();
+	slot = st.slot;
 	for (int i = 0; i < CLAIM_NATTS; i++)
 	{
 		slot->tts_values[i] = values[i];
@@ -144,19 +123,19 @@ claim_insert(Datum *values)
 		List	   *recheck;
 
 		/* waits for an in-progress inserter of the same key */
-		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, NIL))
+		if (!ExecCheckIndexConstraints(st.rri, slot, st.estate, &conflict, NIL))
 		{
-			claim_check_visible(estate, rel, &conflict);
+			claim_check_visible(st.estate, st.rel, &conflict);
 			claimed = false;
 			break;
 		}
 
 		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
-		table_tuple_insert_speculative(rel, slot, estate->es_output_cid, 0,
+		table_tuple_insert_speculative(st.rel, slot, st.estate->es_output_cid, 0,
 									   NULL, token);
-		recheck = ExecInsertIndexTuples(rri, slot, estate, false, true,
+		recheck = ExecInsertIndexTuples(st.rri, slot, st.estate, false, true,
 										&race, NIL);
-		table_tuple_complete_speculative(rel, slot, token, !race);
+		table_tuple_complete_speculative(st.rel, slot, token, !race);
 		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 		list_free(recheck);
 		if (!race)
@@ -167,10 +146,7 @@ claim_insert(Datum *values)
 		/* a concurrent claim got in between the check and the insert */
 	}
 
-	ExecCloseIndices(rri);
-	ExecResetTupleTable(estate->es_tupleTable, false);
-	FreeExecutorState(estate);
-	table_close(rel, NoLock);
+	OutboxEndInsert(&st);
 	return claimed;
 }
 

@@ -250,6 +250,18 @@ extern void OutboxCheckIdentifier(const char *what, const char *value,
 								  int maxlen);
 extern void OutboxCheckHeaders(Datum headers);
 
+/* direct.c */
+typedef struct OutboxInsertState
+{
+	Relation	rel;
+	struct EState *estate;
+	struct ResultRelInfo *rri;
+	struct TupleTableSlot *slot;
+} OutboxInsertState;
+
+extern void OutboxBeginInsert(OutboxInsertState *st, Oid relid, bool speculative);
+extern void OutboxEndInsert(OutboxInsertState *st);
+
 /* emit.c */
 extern void OutboxGenerateUuidV7(unsigned char *out);
 
