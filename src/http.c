@@ -7,17 +7,22 @@
  * The relay must stay responsive while requests hang: SIGTERM, SIGHUP,
  * ProcSignalBarriers (DROP DATABASE elsewhere in the cluster) and
  * postmaster death all arrive through the latch.  So curl never blocks:
- * its socket callback tells us which sockets it wants watched, its timer
- * callback when it wants to be called back, and HttpClientWait() waits on
- * the latch, postmaster death and those sockets together, then hands the
- * ready sockets to curl_multi_socket_action().  Connections are reused
- * across requests (keep-alive) through the multi handle's connection
- * cache.
+ * its socket callback tells us which sockets it wants watched, and we
+ * register them in an epoll set of our own; its timer callback says when
+ * it wants to be called back.  HttpClientWait() waits on one WaitEventSet,
+ * built once, that holds the latch, postmaster death and our epoll fd
+ * (readable when any curl socket is ready); then it collects the ready
+ * sockets with a non-blocking epoll_wait() and hands them to
+ * curl_multi_socket_action().  No per-wait set-up, one epoll_ctl per
+ * socket state change.  Connections are reused across requests
+ * (keep-alive) through the multi handle's connection cache, and finished
+ * easy handles are reused too.
  *
  * Rules for the callbacks: they run inside curl, so they never palloc,
- * never ereport and never longjmp.  The socket table uses malloc; the
- * response body goes into a fixed buffer inside the request, and a body
- * longer than outbox.max_response_size aborts the transfer.
+ * never ereport and never longjmp.  The socket callback only calls
+ * epoll_ctl(); the response body goes into a fixed buffer inside the
+ * request, and a body longer than outbox.max_response_size aborts the
+ * transfer.
  *
  * Safety of every transfer: only http and https (redirects included),
  * redirects not followed, no proxy (the environment is ignored), connect
@@ -33,6 +38,9 @@
  */
 #include "postgres.h"
 
+#include <sys/epoll.h>
+#include <unistd.h>
+
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
@@ -44,19 +52,15 @@
 /* Finished easy handles kept for reuse (curl_easy_reset keeps their buffers). */
 #define HTTP_POOL_SIZE	256
 
-typedef struct HttpSocket
-{
-	curl_socket_t fd;
-	int			what;			/* CURL_POLL_IN / OUT / INOUT */
-} HttpSocket;
+#define HTTP_MAX_READY	256
 
 struct HttpClient
 {
 	CURLM	   *multi;
-	HttpSocket *sockets;		/* malloc'd */
-	int			nsockets;
-	int			maxsockets;
+	int			epfd;			/* epoll set of curl's sockets */
+	WaitEventSet *wait_set;		/* latch, postmaster death, epfd */
 	long		timer_ms;		/* -1: no timer */
+	TimestampTz timer_deadline; /* when curl wants its timeout action */
 	int			running;
 	HttpRequest *done_head;		/* completed, not yet taken */
 	HttpRequest *done_tail;
@@ -70,43 +74,47 @@ http_socket_callback(CURL *easy, curl_socket_t fd, int what, void *userp,
 					 void *socketp)
 {
 	HttpClient *client = (HttpClient *) userp;
+	struct epoll_event ev;
 
-	for (int i = 0; i < client->nsockets; i++)
-	{
-		if (client->sockets[i].fd == fd)
-		{
-			if (what == CURL_POLL_REMOVE)
-				client->sockets[i] = client->sockets[--client->nsockets];
-			else
-				client->sockets[i].what = what;
-			return 0;
-		}
-	}
 	if (what == CURL_POLL_REMOVE)
-		return 0;
-	if (client->nsockets == client->maxsockets)
 	{
-		int			newmax = client->maxsockets * 2;
-		HttpSocket *grown = realloc(client->sockets, newmax * sizeof(HttpSocket));
+		/* the socket may already be closed; nothing to do then */
+		(void) epoll_ctl(client->epfd, EPOLL_CTL_DEL, fd, NULL);
+		curl_multi_assign(client->multi, fd, NULL);
+		return 0;
+	}
 
-		if (grown == NULL)
+	memset(&ev, 0, sizeof(ev));
+	ev.data.fd = fd;
+	if (what & CURL_POLL_IN)
+		ev.events |= EPOLLIN;
+	if (what & CURL_POLL_OUT)
+		ev.events |= EPOLLOUT;
+
+	if (socketp == NULL)
+	{
+		if (epoll_ctl(client->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
+			!(errno == EEXIST && epoll_ctl(client->epfd, EPOLL_CTL_MOD, fd, &ev) == 0))
 		{
 			client->oom = true;
 			return -1;
 		}
-		client->sockets = grown;
-		client->maxsockets = newmax;
+		curl_multi_assign(client->multi, fd, client);
 	}
-	client->sockets[client->nsockets].fd = fd;
-	client->sockets[client->nsockets].what = what;
-	client->nsockets++;
+	else if (epoll_ctl(client->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)
+		return -1;
 	return 0;
 }
 
 static int
 http_timer_callback(CURLM *multi, long timeout_ms, void *userp)
 {
-	((HttpClient *) userp)->timer_ms = timeout_ms;
+	HttpClient *client = (HttpClient *) userp;
+
+	client->timer_ms = timeout_ms;
+	if (timeout_ms >= 0)
+		client->timer_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															 timeout_ms);
 	return 0;
 }
 
@@ -184,12 +192,15 @@ HttpClientCreate(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not create a libcurl multi handle")));
-	client->maxsockets = 64;
-	client->sockets = malloc(client->maxsockets * sizeof(HttpSocket));
-	if (client->sockets == NULL)
+	client->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (client->epfd < 0)
 		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
+				(errcode_for_socket_access(),
+				 errmsg("could not create an epoll set for HTTP requests: %m")));
+	client->wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+	AddWaitEventToSet(client->wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(client->wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	AddWaitEventToSet(client->wait_set, WL_SOCKET_READABLE, client->epfd, NULL, NULL);
 	client->timer_ms = -1;
 	curl_multi_setopt(client->multi, CURLMOPT_SOCKETFUNCTION, http_socket_callback);
 	curl_multi_setopt(client->multi, CURLMOPT_SOCKETDATA, client);
@@ -388,10 +399,10 @@ http_collect(HttpClient *client)
 HttpRequest *
 HttpClientWait(HttpClient *client, long timeout_ms, bool *latch_set)
 {
-	WaitEventSet *set;
-	WaitEvent  *events;
-	int			nevents;
+	WaitEvent	events[3];
+	struct epoll_event ready[HTTP_MAX_READY];
 	int			n;
+	int			nready;
 	long		wait_ms = timeout_ms;
 	int			still_running;
 	HttpRequest *done;
@@ -400,53 +411,42 @@ HttpClientWait(HttpClient *client, long timeout_ms, bool *latch_set)
 	if (client->done_head != NULL)
 		wait_ms = 0;
 	if (client->running > 0 && client->timer_ms >= 0)
-		wait_ms = Min(wait_ms, client->timer_ms);
-
-	nevents = client->nsockets + 2;
-	set = CreateWaitEventSet(CurrentMemoryContext, nevents);
-	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	for (int i = 0; i < client->nsockets; i++)
 	{
-		uint32		ev = 0;
+		long		left = (long) ((client->timer_deadline - GetCurrentTimestamp()) / 1000);
 
-		if (client->sockets[i].what & CURL_POLL_IN)
-			ev |= WL_SOCKET_READABLE;
-		if (client->sockets[i].what & CURL_POLL_OUT)
-			ev |= WL_SOCKET_WRITEABLE;
-		AddWaitEventToSet(set, ev, client->sockets[i].fd, NULL, NULL);
+		wait_ms = Min(wait_ms, Max(left, 0));
 	}
-	events = palloc(nevents * sizeof(WaitEvent));
 
-	n = WaitEventSetWait(set, wait_ms, events, nevents, PG_WAIT_EXTENSION);
-	FreeWaitEventSet(set);
-
-	if (n == 0 && client->running > 0)
-		curl_multi_socket_action(client->multi, CURL_SOCKET_TIMEOUT, 0, &still_running);
+	n = WaitEventSetWait(client->wait_set, wait_ms, events, lengthof(events),
+						 PG_WAIT_EXTENSION);
 	for (int i = 0; i < n; i++)
 	{
-		WaitEvent  *ev = &events[i];
-
-		if (ev->events & WL_LATCH_SET)
+		if (events[i].events & WL_LATCH_SET)
 		{
 			ResetLatch(MyLatch);
 			*latch_set = true;
 		}
-		else if (ev->events & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
-		{
-			int			flags = 0;
-
-			if (ev->events & WL_SOCKET_READABLE)
-				flags |= CURL_CSELECT_IN;
-			if (ev->events & WL_SOCKET_WRITEABLE)
-				flags |= CURL_CSELECT_OUT;
-			curl_multi_socket_action(client->multi, ev->fd, flags, &still_running);
-		}
 	}
-	/* curl asked to be called right away */
-	if (client->running > 0 && client->timer_ms == 0)
+
+	/* every ready curl socket, without blocking */
+	nready = epoll_wait(client->epfd, ready, HTTP_MAX_READY, 0);
+	for (int i = 0; i < nready; i++)
+	{
+		int			flags = 0;
+
+		if (ready[i].events & EPOLLIN)
+			flags |= CURL_CSELECT_IN;
+		if (ready[i].events & EPOLLOUT)
+			flags |= CURL_CSELECT_OUT;
+		if (ready[i].events & (EPOLLERR | EPOLLHUP))
+			flags |= CURL_CSELECT_ERR;
+		curl_multi_socket_action(client->multi, ready[i].data.fd, flags, &still_running);
+	}
+
+	/* curl's timer ran out (or it asked to be called right away) */
+	if (client->running > 0 && client->timer_ms >= 0 &&
+		GetCurrentTimestamp() >= client->timer_deadline)
 		curl_multi_socket_action(client->multi, CURL_SOCKET_TIMEOUT, 0, &still_running);
-	pfree(events);
 
 	http_collect(client);
 	done = client->done_head;

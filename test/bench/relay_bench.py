@@ -92,6 +92,15 @@ def rss_kb(pid):
     return None
 
 
+def cpu_seconds(pid):
+    """user + system CPU time of a process, in seconds."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def pct(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
@@ -147,6 +156,9 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
                 relay_pid = row[0]
                 break
             time.sleep(0.05)
+        cur.execute("SELECT array_agg(pid) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
+        relay_pids = cur.fetchone()[0] or []
+        cpu0 = sum(cpu_seconds(p) or 0 for p in relay_pids)
         rss = [rss_kb(relay_pid)]
         t0 = time.time()
         cur.execute("UPDATE outbox.destinations SET paused = false")
@@ -161,6 +173,8 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
                 break
             time.sleep(0.02)
         elapsed = time.time() - t0
+        cpu1 = sum(cpu_seconds(p) or 0 for p in relay_pids)
+        results["relay_cpu_us"] = (cpu1 - cpu0) * 1e6 / N
         results["relay_eps"] = N / elapsed
         rss = [r for r in rss if r]
         results["rss"] = (rss[1] if len(rss) > 1 else rss[0], rss[len(rss) // 2], rss[-1])
@@ -220,6 +234,7 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
     print(f"| commit-to-sink p50 (ms) | {r['relay_lat'][0]:.1f} | {r['app_lat'][0]:.1f} | {r['app_lat'][0] / max(r['relay_lat'][0], 0.01):.0f}x faster |")
     print(f"| commit-to-sink p99 (ms) | {r['relay_lat'][1]:.1f} | {r['app_lat'][1]:.1f} | {r['app_lat'][1] / max(r['relay_lat'][1], 0.01):.0f}x faster |")
     print()
+    print(f"relay workers' CPU per event (user + system, all workers): {r['relay_cpu_us']:.0f} µs")
     print(f"relay worker private memory (RssAnon, kB) at start / middle / end of the {N} events: {r['rss'][0]} / {r['rss'][1]} / {r['rss'][2]}")
 
 
