@@ -102,7 +102,7 @@ database_is_wanted(const char *name, List *names, bool all)
 
 /*
  * The databases to relay, read from pg_database into the caller's memory
- * context.
+ * context; NULL if outbox.databases cannot be parsed.
  */
 static LauncherDatabase *
 launcher_list_databases(int *count)
@@ -126,10 +126,10 @@ launcher_list_databases(int *count)
 	{
 		ereport(LOG,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid list syntax in outbox.databases"),
-				 errhint("Use a comma-separated list of database names, or *.")));
+				 errmsg("invalid list syntax in outbox.databases; the relayed databases stay as they were"),
+				 errhint("Use a comma-separated list of database names, or *, and reload.")));
 		*count = 0;
-		return dbs;
+		return NULL;
 	}
 
 	StartTransactionCommand();
@@ -324,7 +324,7 @@ OutboxLauncherMain(Datum main_arg)
 	TimestampTz last_list = 0;
 	LauncherDatabase *dbs = NULL;
 	int			ndbs = 0;
-	MemoryContext list_context;
+	MemoryContext list_context = NULL;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -342,9 +342,6 @@ OutboxLauncherMain(Datum main_arg)
 	pass_context = AllocSetContextCreate(TopMemoryContext,
 										 "outbox_pg launcher pass",
 										 ALLOCSET_DEFAULT_SIZES);
-	list_context = AllocSetContextCreate(TopMemoryContext,
-										 "outbox_pg launcher databases",
-										 ALLOCSET_SMALL_SIZES);
 
 	for (;;)
 	{
@@ -370,10 +367,26 @@ OutboxLauncherMain(Datum main_arg)
 			TimestampDifferenceExceeds(last_list, now,
 									   outbox_discovery_interval * 1000))
 		{
-			MemoryContextReset(list_context);
-			old = MemoryContextSwitchTo(list_context);
-			dbs = launcher_list_databases(&ndbs);
+			MemoryContext new_context;
+			LauncherDatabase *new_dbs;
+			int			new_ndbs;
+
+			new_context = AllocSetContextCreate(TopMemoryContext,
+												"outbox_pg launcher databases",
+												ALLOCSET_SMALL_SIZES);
+			old = MemoryContextSwitchTo(new_context);
+			new_dbs = launcher_list_databases(&new_ndbs);
 			MemoryContextSwitchTo(old);
+			if (new_dbs == NULL)
+				MemoryContextDelete(new_context);	/* keep the last good list */
+			else
+			{
+				if (list_context)
+					MemoryContextDelete(list_context);
+				list_context = new_context;
+				dbs = new_dbs;
+				ndbs = new_ndbs;
+			}
 			last_list = now;
 		}
 

@@ -127,6 +127,19 @@ ok($node->poll_query_until('postgres', q{SELECT count(*) = 50 FROM outbox.events
 	'and the first one at the same time');
 is(scalar(grep { $_->{path} eq '/ok/second' } sink_records($sink)), 50, 'the second database sent to its own destination');
 
+# bad configuration: a clear log line, and the relays keep running
+my @before = sort(relay_pids($node, 'postgres'));
+$node->append_conf('postgresql.conf', qq{outbox.databases = '"unterminated'\n});
+$node->reload;
+ok(wait_until(sub { $node->log_contains('invalid list syntax in outbox.databases') }, 30),
+	'an unparsable outbox.databases is reported in the log');
+sleep 2;
+is(join(' ', sort(relay_pids($node, 'postgres'))), join(' ', @before),
+	'and the relays keep running as they were');
+$node->safe_psql('postgres', q{SELECT outbox.emit('order.after_bad_config', '1', '{}')});
+ok($node->poll_query_until('postgres', q{SELECT status = 'published' FROM outbox.events WHERE type = 'order.after_bad_config'}),
+	'events still flow');
+
 $node->stop;
 stop_sink($sink);
 done_testing();
