@@ -64,7 +64,6 @@ struct HttpClient
 	int			running;
 	HttpRequest *done_head;		/* completed, not yet taken */
 	HttpRequest *done_tail;
-	bool		oom;
 	CURL	   *pool[HTTP_POOL_SIZE];	/* finished handles, for reuse */
 	int			npool;
 };
@@ -95,10 +94,7 @@ http_socket_callback(CURL *easy, curl_socket_t fd, int what, void *userp,
 	{
 		if (epoll_ctl(client->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
 			!(errno == EEXIST && epoll_ctl(client->epfd, EPOLL_CTL_MOD, fd, &ev) == 0))
-		{
-			client->oom = true;
 			return -1;
-		}
 		curl_multi_assign(client->multi, fd, client);
 	}
 	else if (epoll_ctl(client->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)
@@ -268,7 +264,6 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 {
 	CURL	   *easy;
 
-	req->magic = HTTP_REQUEST_MAGIC;
 	req->status = 0;
 	req->curl_code = CURLE_OK;
 	req->error[0] = '\0';
@@ -363,9 +358,7 @@ http_collect(HttpClient *client)
 			continue;
 		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &req);
 		req->curl_code = msg->data.result;
-		if (req->magic != HTTP_REQUEST_MAGIC || req->easy != easy)
-			elog(PANIC, "outbox_pg: completed request %p has a bad magic %x (easy %p vs %p)",
-				 req, req->magic, req->easy, easy);
+		Assert(req->easy == easy);
 		curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
 		req->status = (int) status;
 		if (req->response_too_large)

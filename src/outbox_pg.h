@@ -18,6 +18,7 @@
 
 #include <curl/curl.h>
 
+#include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
 #include "port/atomics.h"
@@ -163,8 +164,6 @@ extern PGDLLEXPORT void OutboxLauncherMain(Datum main_arg);
 extern PGDLLEXPORT void OutboxRelayMain(Datum main_arg);
 
 /* http.c */
-#define HTTP_REQUEST_MAGIC		0x0b0c5e17
-
 typedef struct HttpRequest
 {
 	/* set by the caller before HttpClientStart() */
@@ -175,7 +174,6 @@ typedef struct HttpRequest
 	long		timeout_ms;
 
 	/* set by http.c */
-	uint32		magic;
 	CURL	   *easy;
 	int			status;			/* HTTP status, 0 if none */
 	CURLcode	curl_code;
@@ -198,6 +196,8 @@ extern HttpRequest *HttpClientWait(HttpClient *client, long timeout_ms,
 extern int	HttpClientRunning(HttpClient *client);
 
 /* store.c */
+extern SPIPlanPtr OutboxKeepPlan(SPIPlanPtr *plan, const char *sql,
+								 int nargs, Oid *argtypes);
 extern uint64 OutboxStoreLease(int batch_size, Interval *lease,
 							   const char *destination);
 extern uint64 OutboxStoreAck(Datum ids, Datum statuses);

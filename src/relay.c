@@ -93,7 +93,6 @@ typedef struct RelayDestination
 	bool		circuit_open;
 
 	/* configuration, refreshed at every lease step */
-	bool		present;
 	bool		paused;
 	int			max_concurrency;
 	int			circuit_threshold;	/* 0: no circuit breaker */
@@ -178,33 +177,18 @@ relay_on_exit(int code, Datum arg)
 	LWLockRelease(outbox_shared->lock);
 }
 
-static SPIPlanPtr
-relay_prepare(const char *sql, int nargs, Oid *argtypes)
-{
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
-
-	if (plan == NULL)
-		elog(ERROR, "could not prepare relay statement: %s",
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "could not keep relay statement");
-	return plan;
-}
-
 static void
 relay_prepare_plans(void)
 {
-	if (destinations_plan == NULL)
-		destinations_plan = relay_prepare(
-										  "SELECT name, url, paused, timeout_ms, max_concurrency, max_attempts,"
-										  " backoff_base_ms, backoff_max_ms,"
-										  " extract(epoch FROM max_age)::float8, format, headers,"
-										  " signing_secrets, bearer_token, options ->> 'source',"
-										  " coalesce((options ->> 'circuit_threshold')::int4, 5)"
-										  " FROM outbox.destinations WHERE kind = 'webhook'",
-										  0, NULL);
-	if (route_plan == NULL)
-		route_plan = relay_prepare("SELECT outbox._route_pending()", 0, NULL);
+	OutboxKeepPlan(&destinations_plan,
+				   "SELECT name, url, paused, timeout_ms, max_concurrency, max_attempts,"
+				   " backoff_base_ms, backoff_max_ms,"
+				   " extract(epoch FROM max_age)::float8, format, headers,"
+				   " signing_secrets, bearer_token, options ->> 'source',"
+				   " coalesce((options ->> 'circuit_threshold')::int4, 5)"
+				   " FROM outbox.destinations WHERE kind = 'webhook'",
+				   0, NULL);
+	OutboxKeepPlan(&route_plan, "SELECT outbox._route_pending()", 0, NULL);
 }
 
 /*
@@ -298,15 +282,10 @@ static List *
 relay_load_destinations(void)
 {
 	List	   *result = NIL;
-	HASH_SEQ_STATUS seq;
 	RelayDestination *rd;
 
 	if (SPI_execute_plan(destinations_plan, NULL, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read outbox.destinations");
-
-	hash_seq_init(&seq, destinations);
-	while ((rd = hash_seq_search(&seq)) != NULL)
-		rd->present = false;
 
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -373,7 +352,6 @@ relay_load_destinations(void)
 			rd->circuit_open_until = 0;
 			rd->circuit_open = false;
 		}
-		rd->present = true;
 		rd->paused = d->paused;
 		rd->max_concurrency = d->max_concurrency;
 		rd->circuit_threshold = d->circuit_threshold;
@@ -515,9 +493,7 @@ relay_lease(List *dests, bool *drained)
 static void
 relay_free_event(RelayEvent *ev)
 {
-	if (ev->req.easy != NULL)
-		elog(PANIC, "outbox_pg: freeing event %p still in flight", ev);
-	ev->req.magic = 0;
+	Assert(ev->req.easy == NULL);	/* never while curl still uses it */
 	if (ev->req.headers)
 		curl_slist_free_all(ev->req.headers);
 	ev->req.headers = NULL;
@@ -569,6 +545,32 @@ relay_error_text(HttpRequest *req)
 	return psprintf("HTTP %d", req->status);
 }
 
+/* Arrays for the record statements; status 0 (no HTTP answer) is NULL. */
+static Datum
+uuid_array(Datum *ids, int n)
+{
+	return PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+}
+
+static Datum
+text_array(Datum *texts, int n)
+{
+	return PointerGetDatum(construct_array(texts, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+static Datum
+status_array(Datum *statuses, int n)
+{
+	bool	   *nulls = palloc(n * sizeof(bool));
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	for (int i = 0; i < n; i++)
+		nulls[i] = (DatumGetInt32(statuses[i]) == 0);
+	return PointerGetDatum(construct_md_array(statuses, nulls, 1, dims, lbs,
+											  INT4OID, 4, true, TYPALIGN_INT));
+}
+
 /*
  * Record the results of completed requests in one transaction.
  */
@@ -582,19 +584,15 @@ relay_record(List *done)
 	Datum	   *retry_ids = palloc(n * sizeof(Datum));
 	Datum	   *retry_at = palloc(n * sizeof(Datum));
 	Datum	   *retry_status = palloc(n * sizeof(Datum));
-	bool	   *retry_status_null = palloc(n * sizeof(bool));
 	Datum	   *retry_error = palloc(n * sizeof(Datum));
 	Datum	   *dead_ids = palloc(n * sizeof(Datum));
 	Datum	   *dead_status = palloc(n * sizeof(Datum));
-	bool	   *dead_status_null = palloc(n * sizeof(bool));
 	Datum	   *dead_error = palloc(n * sizeof(Datum));
 	int			nack = 0,
 				nretry = 0,
 				ndead = 0;
 	TimestampTz now = GetCurrentTimestamp();
 	bool		missing;
-	int			dims[1];
-	int			lbs[1] = {1};
 
 	foreach(lc, done)
 	{
@@ -604,13 +602,11 @@ relay_record(List *done)
 		pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
 
 		memcpy(id, &ev->id, sizeof(pg_uuid_t));
+		/* an oversized body or a refused host comes back as a curl error */
 		outcome = OutboxClassifyResponse(req->status, req->curl_code, req->refused);
-		if (req->response_too_large)
-			outcome = OUTCOME_RETRY;
 		relay_note_destination(ev->dest,
 							   outcome != OUTCOME_ACK &&
-							   (req->response_too_large || req->refused ||
-								OutboxIsDestinationFailure(req->status, req->curl_code)));
+							   OutboxIsDestinationFailure(req->status, req->curl_code));
 
 		if (outcome == OUTCOME_RETRY &&
 			(ev->attempts >= ev->max_attempts || ev->age_secs >= ev->max_age_secs))
@@ -636,7 +632,6 @@ relay_record(List *done)
 					retry_ids[nretry] = UUIDPGetDatum(id);
 					retry_at[nretry] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
 					retry_status[nretry] = Int32GetDatum(req->status);
-					retry_status_null[nretry] = (req->status == 0);
 					retry_error[nretry] = CStringGetTextDatum(relay_error_text(req));
 					nretry++;
 				}
@@ -644,7 +639,6 @@ relay_record(List *done)
 			case OUTCOME_DEAD:
 				dead_ids[ndead] = UUIDPGetDatum(id);
 				dead_status[ndead] = Int32GetDatum(req->status);
-				dead_status_null[ndead] = (req->status == 0);
 				dead_error[ndead] = CStringGetTextDatum(relay_error_text(req));
 				ndead++;
 				break;
@@ -658,23 +652,16 @@ relay_record(List *done)
 		return;
 	}
 	if (nack > 0)
-		OutboxStoreAck(PointerGetDatum(construct_array(ack_ids, nack, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
-					   PointerGetDatum(construct_array(ack_status, nack, INT4OID, 4, true, TYPALIGN_INT)));
+		OutboxStoreAck(uuid_array(ack_ids, nack), status_array(ack_status, nack));
 	if (nretry > 0)
-	{
-		dims[0] = nretry;
-		OutboxStoreRetry(PointerGetDatum(construct_array(retry_ids, nretry, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
-						 PointerGetDatum(construct_array(retry_at, nretry, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
-						 PointerGetDatum(construct_md_array(retry_status, retry_status_null, 1, dims, lbs, INT4OID, 4, true, TYPALIGN_INT)),
-						 PointerGetDatum(construct_array(retry_error, nretry, TEXTOID, -1, false, TYPALIGN_INT)));
-	}
+		OutboxStoreRetry(uuid_array(retry_ids, nretry),
+						 PointerGetDatum(construct_array(retry_at, nretry, TIMESTAMPTZOID, 8,
+														 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+						 status_array(retry_status, nretry),
+						 text_array(retry_error, nretry));
 	if (ndead > 0)
-	{
-		dims[0] = ndead;
-		OutboxStoreDead(PointerGetDatum(construct_array(dead_ids, ndead, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
-						PointerGetDatum(construct_md_array(dead_status, dead_status_null, 1, dims, lbs, INT4OID, 4, true, TYPALIGN_INT)),
-						PointerGetDatum(construct_array(dead_error, ndead, TEXTOID, -1, false, TYPALIGN_INT)));
-	}
+		OutboxStoreDead(uuid_array(dead_ids, ndead), status_array(dead_status, ndead),
+						text_array(dead_error, ndead));
 	relay_commit();
 
 	pg_atomic_fetch_add_u64(&my_slot->published, nack);

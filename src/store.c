@@ -92,8 +92,12 @@ static SPIPlanPtr ack_plan = NULL;
 static SPIPlanPtr retry_plan = NULL;
 static SPIPlanPtr dead_plan = NULL;
 
-static SPIPlanPtr
-store_prepare(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes)
+/*
+ * Prepare sql into *plan once per process and keep it.  The caller is
+ * connected to SPI.
+ */
+SPIPlanPtr
+OutboxKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes)
 {
 	if (*plan == NULL)
 	{
@@ -134,7 +138,7 @@ OutboxStoreLease(int batch_size, Interval *lease, const char *destination)
 	args[0] = Int32GetDatum(batch_size);
 	args[1] = IntervalPGetDatum(lease);
 	args[2] = CStringGetTextDatum(destination);
-	return store_execute(store_prepare(&lease_plan, lease_sql, 3, types),
+	return store_execute(OutboxKeepPlan(&lease_plan, lease_sql, 3, types),
 						 args, SPI_OK_UPDATE_RETURNING);
 }
 
@@ -144,7 +148,7 @@ OutboxStoreAck(Datum ids, Datum statuses)
 	Oid			types[2] = {UUIDARRAYOID, INT4ARRAYOID};
 	Datum		args[2] = {ids, statuses};
 
-	return store_execute(store_prepare(&ack_plan, ack_sql, 2, types),
+	return store_execute(OutboxKeepPlan(&ack_plan, ack_sql, 2, types),
 						 args, SPI_OK_UPDATE);
 }
 
@@ -154,7 +158,7 @@ OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses, Datum errors)
 	Oid			types[4] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
 	Datum		args[4] = {ids, next_at, statuses, errors};
 
-	return store_execute(store_prepare(&retry_plan, retry_sql, 4, types),
+	return store_execute(OutboxKeepPlan(&retry_plan, retry_sql, 4, types),
 						 args, SPI_OK_UPDATE);
 }
 
@@ -164,7 +168,7 @@ OutboxStoreDead(Datum ids, Datum statuses, Datum errors)
 	Oid			types[3] = {UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
 	Datum		args[3] = {ids, statuses, errors};
 
-	return store_execute(store_prepare(&dead_plan, dead_sql, 3, types),
+	return store_execute(OutboxKeepPlan(&dead_plan, dead_sql, 3, types),
 						 args, SPI_OK_UPDATE);
 }
 

@@ -78,6 +78,17 @@ add_header(struct curl_slist *list, const char *line)
 	return grown;
 }
 
+/* "name: value", copied by curl */
+static struct curl_slist *
+add_header_value(struct curl_slist *list, const char *name, const char *value)
+{
+	char	   *line = psprintf("%s: %s", name, value);
+
+	list = add_header(list, line);
+	pfree(line);
+	return list;
+}
+
 static struct curl_slist *
 add_ce_header(struct curl_slist *list, const char *name, const char *value)
 {
@@ -206,40 +217,28 @@ OutboxBuildWebhook(const WebhookEvent *ev, const WebhookTarget *t,
 			if (ev->traceparent)
 				h = add_ce_header(h, "ce-traceparent", ev->traceparent);
 		}
-		initStringInfo(&buf);
-		appendStringInfo(&buf, "Idempotency-Key: %s", ev->id);
-		h = add_header(h, buf.data);
+		h = add_header_value(h, "Idempotency-Key", ev->id);
 		if (ev->traceparent)
-		{
-			resetStringInfo(&buf);
-			appendStringInfo(&buf, "traceparent: %s", ev->traceparent);
-			h = add_header(h, buf.data);
-		}
+			h = add_header_value(h, "traceparent", ev->traceparent);
 		if (t->signing_keys != NIL)
 		{
 			char		ts[32];
 			StringInfoData sigs;
 
 			snprintf(ts, sizeof(ts), "%lld", (long long) time(NULL));
-			resetStringInfo(&buf);
-			appendStringInfo(&buf, "webhook-id: %s", ev->id);
-			h = add_header(h, buf.data);
-			resetStringInfo(&buf);
-			appendStringInfo(&buf, "webhook-timestamp: %s", ts);
-			h = add_header(h, buf.data);
+			h = add_header_value(h, "webhook-id", ev->id);
+			h = add_header_value(h, "webhook-timestamp", ts);
 			initStringInfo(&sigs);
 			foreach(lc, t->signing_keys)
 				append_signature(&sigs, (StringInfo) lfirst(lc), ev->id, ts,
 								 *body, body_len);
-			resetStringInfo(&buf);
-			appendStringInfo(&buf, "webhook-signature: %s", sigs.data);
-			h = add_header(h, buf.data);
+			h = add_header_value(h, "webhook-signature", sigs.data);
 		}
 		if (t->bearer_token)
 		{
-			resetStringInfo(&buf);
-			appendStringInfo(&buf, "Authorization: Bearer %s", t->bearer_token);
-			h = add_header(h, buf.data);
+			char	   *bearer = psprintf("Bearer %s", t->bearer_token);
+
+			h = add_header_value(h, "Authorization", bearer);
 		}
 		foreach(lc, t->headers)
 			h = add_header(h, (char *) lfirst(lc));

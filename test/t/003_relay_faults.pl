@@ -41,15 +41,7 @@ $node->safe_psql('postgres', qq{
 	 WHERE name IN ('flaky500', 'limited', 'hanging', 'resetting');
 });
 
-# emit N events to a destination; returns their ids
-sub emit_n
-{
-	my ($dest, $n) = @_;
-	my $ids = $node->safe_psql('postgres', qq{
-		SELECT string_agg(outbox.emit('fault.test', g::text, jsonb_build_object('n', g), destination => '$dest')::text, ' ')
-		  FROM generate_series(1, $n) g});
-	return split / /, $ids;
-}
+sub emit_n { return emit_events($node, 'fault.test', @_); }
 
 sub published
 {
@@ -58,24 +50,7 @@ sub published
 		SELECT count(*) = $n FROM outbox.events WHERE destination = '$dest' AND status = 'published'});
 }
 
-# every id was acknowledged by the sink at least once; report duplicates
-# (ids acknowledged more than once)
-sub zero_lost
-{
-	my ($name, $prefix, @ids) = @_;
-	my (%acked, $requests);
-	for my $r (sink_records($sink))
-	{
-		next unless index($r->{path}, $prefix) == 0;
-		$requests++;
-		$acked{ $r->{id} }++ if $r->{answer} >= 200 && $r->{answer} < 300;
-	}
-	my @lost = grep { !$acked{$_} } @ids;
-	is(scalar(@lost), 0, "$name: zero lost");
-	my $dups = 0;
-	$dups += $acked{$_} - 1 for grep { $acked{$_} } @ids;
-	note("$name: " . scalar(@ids) . " events, $requests requests, $dups duplicates");
-}
+sub zero_lost { return assert_zero_lost($sink, @_); }
 
 my @ids = emit_n('flaky500', 20);
 ok(published('flaky500', 20), '500s: all published after retries');

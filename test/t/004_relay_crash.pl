@@ -29,22 +29,13 @@ $node->safe_psql('postgres', qq{
 sub emit_n
 {
 	my ($dest, $n, $tag) = @_;
-	my $ids = $node->safe_psql('postgres', qq{
-		SELECT string_agg(outbox.emit('crash.$tag', g::text, '{}', destination => '$dest')::text, ' ')
-		  FROM generate_series(1, $n) g});
-	return split / /, $ids;
+	return emit_events($node, "crash.$tag", $dest, $n);
 }
 
 sub zero_lost
 {
 	my ($name, @ids) = @_;
-	my %acked;
-	$acked{ $_->{id} }++ for grep { $_->{answer} == 204 } sink_records($sink);
-	my @lost = grep { !$acked{$_} } @ids;
-	is(scalar(@lost), 0, "$name: zero lost");
-	my $dups = 0;
-	$dups += $acked{$_} - 1 for grep { $acked{$_} } @ids;
-	note("$name: " . scalar(@ids) . " events, $dups duplicates");
+	return assert_zero_lost($sink, $name, '', @ids);
 }
 
 sub count_published

@@ -16,7 +16,7 @@ use Time::HiRes qw(time usleep);
 
 use Exporter 'import';
 our @EXPORT = qw(new_outbox_node start_sink stop_sink restart_sink sink_records
-  sink_ids wait_until relay_pids secret);
+  sink_ids wait_until relay_pids secret emit_events assert_zero_lost);
 
 my $SRC = abs_path(dirname(__FILE__) . '/../..');
 
@@ -120,6 +120,37 @@ sub wait_until
 		usleep(50_000);
 	}
 	return 0;
+}
+
+# Emit n events of a type to a destination; returns their message ids.
+sub emit_events
+{
+	my ($node, $type, $dest, $n) = @_;
+	my $ids = $node->safe_psql('postgres', qq{
+		SELECT string_agg(outbox.emit('$type', g::text, jsonb_build_object('n', g),
+		                              destination => '$dest')::text, ' ')
+		  FROM generate_series(1, $n) g});
+	return split / /, $ids;
+}
+
+# Every id was acknowledged (2xx) by the sink at least once, on a path
+# starting with prefix ('' for any); notes the requests and the duplicates
+# (ids acknowledged more than once).
+sub assert_zero_lost
+{
+	my ($sink, $name, $prefix, @ids) = @_;
+	my (%acked, $requests);
+	for my $r (sink_records($sink))
+	{
+		next unless index($r->{path}, $prefix) == 0;
+		$requests++;
+		$acked{ $r->{id} }++ if $r->{answer} >= 200 && $r->{answer} < 300;
+	}
+	my @lost = grep { !$acked{$_} } @ids;
+	is(scalar(@lost), 0, "$name: zero lost");
+	my $dups = 0;
+	$dups += $acked{$_} - 1 for grep { $acked{$_} } @ids;
+	note("$name: " . scalar(@ids) . " events, $requests requests, $dups duplicates");
 }
 
 sub relay_pids
