@@ -325,6 +325,9 @@ OutboxLauncherMain(Datum main_arg)
 	LauncherDatabase *dbs = NULL;
 	int			ndbs = 0;
 	MemoryContext list_context = NULL;
+	Oid			last_list_for = InvalidOid;
+	Oid			wanted;
+	bool		wanted_unlisted;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -358,12 +361,21 @@ OutboxLauncherMain(Datum main_arg)
 
 		/*
 		 * Re-read pg_database every discovery interval, or when a commit
-		 * found no relay for its database — but at most once a second, so a
-		 * busy database that is not to be relayed costs nothing.
+		 * found no relay for a database we have not listed (it is new) —
+		 * at once the first time, then at most once a second for the same
+		 * database, so a busy database excluded by outbox.databases costs
+		 * nothing.  A listed database needs no re-read: reconcile starts
+		 * its relay.
 		 */
 		now = GetCurrentTimestamp();
-		if ((OidIsValid(outbox_shared->launcher_wanted_db) &&
-			 TimestampDifferenceExceeds(last_list, now, 1000)) ||
+		wanted = outbox_shared->launcher_wanted_db;
+		wanted_unlisted = OidIsValid(wanted);
+		for (int d = 0; d < ndbs && wanted_unlisted; d++)
+			if (dbs[d].oid == wanted)
+				wanted_unlisted = false;
+		if ((wanted_unlisted &&
+			 (wanted != last_list_for ||
+			  TimestampDifferenceExceeds(last_list, now, 1000))) ||
 			TimestampDifferenceExceeds(last_list, now,
 									   outbox_discovery_interval * 1000))
 		{
@@ -388,6 +400,7 @@ OutboxLauncherMain(Datum main_arg)
 				ndbs = new_ndbs;
 			}
 			last_list = now;
+			last_list_for = wanted;
 		}
 
 		old = MemoryContextSwitchTo(pass_context);
