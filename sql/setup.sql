@@ -21,7 +21,7 @@ SELECT p.oid::regprocedure AS function, p.proacl IS NOT NULL AS has_acl,
        p.prosecdef AS security_definer
   FROM pg_proc p
  WHERE p.pronamespace IN ('outbox'::regnamespace, 'inbox'::regnamespace)
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text COLLATE "C";
 
 -- DROP EXTENSION removes everything, CREATE brings it back
 DROP EXTENSION outbox_pg;
