@@ -23,7 +23,9 @@ OBJS = \
 	src/validate.o \
 	src/direct.o \
 	src/emit.o \
-	src/inbox.o
+	src/inbox.o \
+	src/ordering.o \
+	src/retention.o
 
 EXTENSION = outbox_pg
 DATA = $(wildcard sql/outbox_pg--*.sql)
@@ -33,9 +35,9 @@ SHLIB_LINK += $(shell curl-config --libs)
 PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
-REGRESS = setup emit emit_errors routes inbox privileges retry
+REGRESS = setup emit emit_errors routes inbox privileges retry order_retention
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
-ISOLATION = claim_concurrent lease_skip_locked
+ISOLATION = claim_concurrent lease_skip_locked order_lease order_gap
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
 TAP_TESTS = 1
 PROVE_TESTS = $(wildcard $(srcdir)/test/t/*.pl)

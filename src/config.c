@@ -42,6 +42,7 @@
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -77,13 +78,17 @@ const char *const OutboxEventColumnNames[EV_NATTS + 1] = {
 	"created_at",
 	"published_at",
 	"last_status",
-	"last_error"
+	"last_error",
+	"leased_until"
 };
 
 static OutboxRoute *routes = NULL;
 static int	nroutes = 0;
 static char **destination_names = NULL;
 static int	ndestinations = 0;
+/* destinations with options.ordering = 'aggregate' (see ordering.c) */
+static char **ordered_names = NULL;
+static int	nordered = 0;
 
 PG_FUNCTION_INFO_V1(outbox_config_changed);
 PG_FUNCTION_INFO_V1(outbox_route);
@@ -156,6 +161,28 @@ name_compare(const void *a, const void *b)
 	return strcmp(*(char *const *) a, *(char *const *) b);
 }
 
+/* Does the jsonb object options have the string value for key? */
+static bool
+config_option_is(Datum options, bool isnull, const char *key, const char *value)
+{
+	Jsonb	   *jb;
+	JsonbValue	k;
+	JsonbValue *v;
+
+	if (isnull)
+		return false;
+	jb = DatumGetJsonbP(options);
+	if (!JB_ROOT_IS_OBJECT(jb))
+		return false;
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	v = findJsonbValueFromContainer(&jb->root, JB_FOBJECT, &k);
+	return v != NULL && v->type == jbvString &&
+		v->val.string.len == strlen(value) &&
+		memcmp(v->val.string.val, value, v->val.string.len) == 0;
+}
+
 /*
  * Read outbox.destinations and outbox.routes with the latest snapshot,
  * like a catalog, into config_context.  Runs with the caller's privileges
@@ -174,6 +201,7 @@ config_load(void)
 	MemoryContext oldcxt;
 	int			allocated;
 	AttrNumber	att_name,
+				att_options,
 				att_pattern,
 				att_destination,
 				att_priority;
@@ -187,6 +215,8 @@ config_load(void)
 	nroutes = 0;
 	destination_names = NULL;
 	ndestinations = 0;
+	ordered_names = NULL;
+	nordered = 0;
 	memset(&config, 0, sizeof(config));
 
 	nspid = get_namespace_oid(OUTBOX_SCHEMA, true);
@@ -224,11 +254,14 @@ config_load(void)
 	/* destinations: sorted names, for bsearch */
 	rel = table_open(config.destinations_relid, AccessShareLock);
 	att_name = config_attnum(rel, "name");
+	att_options = config_attnum(rel, "options");
 	slot = table_slot_create(rel, NULL);
 	scan = table_beginscan(rel, snapshot, 0, NULL);
 	allocated = 16;
 	destination_names = MemoryContextAlloc(config_context,
 										   allocated * sizeof(char *));
+	ordered_names = MemoryContextAlloc(config_context,
+									   allocated * sizeof(char *));
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
@@ -241,15 +274,21 @@ config_load(void)
 			allocated *= 2;
 			destination_names = repalloc(destination_names,
 										 allocated * sizeof(char *));
+			ordered_names = repalloc(ordered_names,
+									 allocated * sizeof(char *));
 		}
 		oldcxt = MemoryContextSwitchTo(config_context);
 		destination_names[ndestinations++] = TextDatumGetCString(d);
 		MemoryContextSwitchTo(oldcxt);
+		d = slot_getattr(slot, att_options, &isnull);
+		if (config_option_is(d, isnull, "ordering", "aggregate"))
+			ordered_names[nordered++] = destination_names[ndestinations - 1];
 	}
 	table_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(rel, AccessShareLock);
 	qsort(destination_names, ndestinations, sizeof(char *), name_compare);
+	qsort(ordered_names, nordered, sizeof(char *), name_compare);
 
 	/* routes: in match order */
 	rel = table_open(config.routes_relid, AccessShareLock);
@@ -308,6 +347,15 @@ OutboxDestinationExists(const char *name)
 {
 	OutboxGetConfig();
 	return bsearch(&name, destination_names, ndestinations,
+				   sizeof(char *), name_compare) != NULL;
+}
+
+/* Is the destination ordered per aggregate (options.ordering)? */
+bool
+OutboxDestinationIsOrdered(const char *name)
+{
+	OutboxGetConfig();
+	return bsearch(&name, ordered_names, nordered,
 				   sizeof(char *), name_compare) != NULL;
 }
 

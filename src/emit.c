@@ -248,6 +248,14 @@ outbox_emit(PG_FUNCTION_ARGS)
 			next_attempt_at = not_before;
 	}
 
+	/*
+	 * Ordered destination: wait for earlier uncommitted emits of the same
+	 * aggregate, so that commit order is emit order (see ordering.c).  The
+	 * id, which orders the aggregate, is generated after the wait.
+	 */
+	if (destination && aggregate_id && OutboxDestinationIsOrdered(destination))
+		OutboxLockAggregate(destination, aggregate_id);
+
 	id = palloc(sizeof(pg_uuid_t));
 	OutboxGenerateUuidV7(id->data);
 

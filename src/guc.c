@@ -37,6 +37,8 @@ char	   *outbox_allowed_hosts = NULL;
 char	   *outbox_ca_file = NULL;
 int			outbox_discovery_interval = 10;
 int			outbox_lease_margin = 10000;
+int			outbox_retention = 3600;
+int			outbox_retention_batch = 5000;
 
 static bool
 guc_check_traceparent(char **newval, void **extra, GucSource source)
@@ -175,6 +177,25 @@ OutboxDefineGucs(void)
 							10000, 1000, 3600 * 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/* retention of published outbox rows (retention.c) */
+	DefineCustomIntVariable("outbox.retention",
+							"How long published outbox events are kept before relay worker 0 deletes them.",
+							"-1 keeps them forever. Pending and dead events are never deleted by retention.",
+							&outbox_retention,
+							3600, -1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.retention_batch",
+							"Most published outbox events deleted in one retention transaction.",
+							NULL,
+							&outbox_retention_batch,
+							5000, 1, 1000000,
+							PGC_SIGHUP,
+							0,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("outbox");

@@ -66,7 +66,8 @@ typedef enum OutboxEventColumn
 	EV_PUBLISHED_AT,
 	EV_LAST_STATUS,
 	EV_LAST_ERROR,
-	EV_NATTS = EV_LAST_ERROR
+	EV_LEASED_UNTIL,			/* 0.2.0 */
+	EV_NATTS = EV_LEASED_UNTIL
 } OutboxEventColumn;
 
 extern const char *const OutboxEventColumnNames[EV_NATTS + 1];
@@ -89,6 +90,8 @@ extern char *outbox_allowed_hosts;
 extern char *outbox_ca_file;
 extern int	outbox_discovery_interval;
 extern int	outbox_lease_margin;
+extern int	outbox_retention;
+extern int	outbox_retention_batch;
 
 extern void OutboxDefineGucs(void);
 
@@ -104,6 +107,7 @@ typedef struct OutboxConfig
 extern const OutboxConfig *OutboxGetConfig(void);
 extern bool OutboxDestinationExists(const char *name);
 extern const char *OutboxRouteEventType(const char *type);
+extern bool OutboxDestinationIsOrdered(const char *name);
 extern bool OutboxPatternMatches(const char *pattern, const char *text);
 extern void OutboxConfigInit(void);
 
@@ -261,6 +265,14 @@ typedef struct OutboxInsertState
 
 extern void OutboxBeginInsert(OutboxInsertState *st, Oid relid, bool speculative);
 extern void OutboxEndInsert(OutboxInsertState *st);
+
+/* ordering.c */
+extern void OutboxLockAggregate(const char *destination,
+								const char *aggregate_id);
+
+/* retention.c */
+extern uint64 OutboxExpirePublished(TimestampTz cutoff, int batch_size);
+extern void OutboxRetentionStep(TimestampTz now);
 
 /* emit.c */
 extern void OutboxGenerateUuidV7(unsigned char *out);

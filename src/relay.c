@@ -815,6 +815,9 @@ OutboxRelayMain(Datum main_arg)
 							elog(ERROR, "could not route pending events");
 						last_route = now;
 					}
+					/* retention of published events: worker 0 (retention.c) */
+					if (my_slot->worker_number == 0)
+						OutboxRetentionStep(now);
 					MemoryContextSwitchTo(events_context);
 					leased = relay_lease(dests, &drained);
 					MemoryContextSwitchTo(cycle_context);

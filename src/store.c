@@ -14,8 +14,18 @@
  *	  index (destination, next_attempt_at, id) WHERE status = 'pending',
  *	  locks them with FOR UPDATE SKIP LOCKED, and updates them by ctid
  *	  (= ANY of the locked rows' ctids, a TID scan) — there is no join for
- *	  the planner to get wrong.  Each lease counts as an attempt and pushes
- *	  next_attempt_at out by the lease time.
+ *	  the planner to get wrong.  Each lease counts as an attempt and sets
+ *	  leased_until to the end of the lease.  leased_until is in no index
+ *	  and outbox.events keeps half of each page free (fillfactor 50), so
+ *	  the lease is a HOT update: no index entry is written.  Rows in flight
+ *	  stay in the pending index with a past next_attempt_at; the lease
+ *	  steps over them (at most the in-flight count) by their leased_until.
+ *	- On an ordered destination the lease takes only the head of each
+ *	  aggregate (see lease_sql and ordering.c for why that is safe with
+ *	  several workers and with transactions that commit out of order).
+ *	- Ack and dead change the status (never HOT: status is in the index
+ *	  predicates) and clear the lease; retry moves next_attempt_at and
+ *	  clears the lease, so the row is due at the retry time.
  *	- The results are recorded by joining the arrays of ids to the primary
  *	  key, and only rows still pending change: a late result never undoes
  *	  what another worker recorded.
@@ -45,35 +55,74 @@ PG_FUNCTION_INFO_V1(outbox_ack);
 PG_FUNCTION_INFO_V1(outbox_retry);
 PG_FUNCTION_INFO_V1(outbox_dead);
 
+/*
+ * The lease.  Plain destinations: due rows in (next_attempt_at, id) order.
+ * Ordered destinations (options.ordering = 'aggregate', see ordering.c):
+ * only the head of each aggregate — the pending row with no earlier
+ * pending row of the same (destination, aggregate_id) — and, under the
+ * 'block' policy, only when no unreleased dead row of the aggregate comes
+ * before it.  A head in flight or waiting for a retry is not due, so its
+ * aggregate contributes nothing.  The two flags are InitPlans, evaluated
+ * once per lease; for a plain destination the OR short-circuits and the
+ * probes never run.
+ */
 static const char *lease_sql =
 "UPDATE outbox.events AS e"
 "   SET attempts = e.attempts OPERATOR(pg_catalog.+) 1,"
-"       next_attempt_at = pg_catalog.now() OPERATOR(pg_catalog.+) $2"
+"       leased_until = pg_catalog.now() OPERATOR(pg_catalog.+) $2"
 " WHERE e.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 "        SELECT c.ctid FROM outbox.events AS c"
 "         WHERE c.status OPERATOR(pg_catalog.=) 'pending'"
 "           AND c.destination OPERATOR(pg_catalog.=) $3"
 "           AND c.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+"           AND (c.leased_until IS NULL"
+"                OR c.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())"
+"           AND (NOT (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'"
+"                                                OPERATOR(pg_catalog.=) 'aggregate', false)"
+"                       FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $3)"
+"                OR c.aggregate_id IS NULL"
+"                OR (NOT EXISTS ("
+"                       SELECT 1 FROM outbox.events AS p"
+"                        WHERE p.destination OPERATOR(pg_catalog.=) $3"
+"                          AND p.aggregate_id OPERATOR(pg_catalog.=) c.aggregate_id"
+"                          AND p.status OPERATOR(pg_catalog.=) 'pending'"
+"                          AND p.id OPERATOR(pg_catalog.<) c.id)"
+"                    AND (NOT (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'on_dead',"
+"                                                         'block') OPERATOR(pg_catalog.=) 'block'"
+"                                FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $3)"
+"                         OR NOT EXISTS ("
+"                            SELECT 1 FROM outbox.events AS x"
+"                             WHERE x.destination OPERATOR(pg_catalog.=) $3"
+"                               AND x.aggregate_id OPERATOR(pg_catalog.=) c.aggregate_id"
+"                               AND x.status OPERATOR(pg_catalog.=) 'dead'"
+"                               AND x.id OPERATOR(pg_catalog.<) c.id"
+"                               AND x.id OPERATOR(pg_catalog.>) COALESCE("
+"                                     (SELECT r.released_through FROM outbox.aggregate_releases AS r"
+"                                       WHERE r.destination OPERATOR(pg_catalog.=) $3"
+"                                         AND r.aggregate_id OPERATOR(pg_catalog.=) c.aggregate_id),"
+"                                     '00000000-0000-0000-0000-000000000000'::pg_catalog.uuid)))))"
 "         ORDER BY c.next_attempt_at, c.id"
 "         LIMIT $1"
-"           FOR UPDATE SKIP LOCKED))"
+"           FOR UPDATE OF c SKIP LOCKED))"
 " RETURNING e.id, e.type, e.aggregate_id, e.payload::pg_catalog.text, e.headers,"
 "           e.traceparent,"
 "           pg_catalog.to_char(e.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
 "           e.attempts,"
 "           pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) e.created_at)";
 
+/* status changes are never HOT anyway: clearing the lease costs nothing */
 static const char *ack_sql =
 "UPDATE outbox.events AS e"
 "   SET status = 'published', published_at = pg_catalog.clock_timestamp(),"
-"       last_status = r.status, last_error = NULL"
+"       last_status = r.status, last_error = NULL, leased_until = NULL"
 "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS r(id, status)"
 " WHERE e.id OPERATOR(pg_catalog.=) r.id"
 "   AND e.status OPERATOR(pg_catalog.=) 'pending'";
 
 static const char *retry_sql =
 "UPDATE outbox.events AS e"
-"   SET next_attempt_at = r.next_at, last_status = r.status, last_error = r.error"
+"   SET next_attempt_at = r.next_at, leased_until = NULL,"
+"       last_status = r.status, last_error = r.error"
 "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
 "                  pg_catalog.unnest($3), pg_catalog.unnest($4)) AS r(id, next_at, status, error)"
 " WHERE e.id OPERATOR(pg_catalog.=) r.id"
@@ -81,7 +130,8 @@ static const char *retry_sql =
 
 static const char *dead_sql =
 "UPDATE outbox.events AS e"
-"   SET status = 'dead', last_status = r.status, last_error = r.error"
+"   SET status = 'dead', leased_until = NULL,"
+"       last_status = r.status, last_error = r.error"
 "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
 "                  pg_catalog.unnest($3)) AS r(id, status, error)"
 " WHERE e.id OPERATOR(pg_catalog.=) r.id"
