@@ -39,6 +39,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -95,12 +96,15 @@ OutboxExpirePublished(TimestampTz cutoff, int batch_size)
 
 /*
  * One retention batch, if it is time.  Called by relay worker 0 inside its
- * lease transaction (connected to SPI, the events table locked).
+ * lease transaction (connected to SPI, the events table locked).  The
+ * batch runs in a subtransaction: if it fails (a user trigger on the
+ * table, a lock timeout) the error is logged and delivery goes on.
  */
 void
 OutboxRetentionStep(TimestampTz now)
 {
-	uint64		n;
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
 
 	if (outbox_retention < 0)
 		return;
@@ -108,9 +112,38 @@ OutboxRetentionStep(TimestampTz now)
 		!TimestampDifferenceExceeds(retention_last_run, now, RETENTION_INTERVAL_MS))
 		return;
 	retention_last_run = now;
-	n = OutboxExpirePublished(now - (int64) outbox_retention * USECS_PER_SEC,
-							  outbox_retention_batch);
-	retention_more = (n >= (uint64) outbox_retention_batch);
+	retention_more = false;
+
+	BeginInternalSubTransaction(NULL);
+	PG_TRY();
+	{
+		uint64		n;
+
+		n = OutboxExpirePublished(now - (int64) outbox_retention * USECS_PER_SEC,
+								  outbox_retention_batch);
+		retention_more = (n >= (uint64) outbox_retention_batch);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ereport(LOG,
+				(errmsg("outbox_pg retention of published events failed: %s",
+						edata->message),
+				 errhint("Delivery continues; retention is tried again in %d ms.",
+						 RETENTION_INTERVAL_MS)));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
 }
 
 /*

@@ -14,6 +14,10 @@ Paths (anything after the mode is free, e.g. a destination name):
   /hangfirst/<n>/...           the first n requests per message id hang, then 204
   /resetfirst/<n>/...          the first n requests per message id are reset, then 204
   /delay/<ms>/...              wait, then 204
+  /flaky/<pct>/<code>/...      <code> for about pct% of requests, chosen by a hash of the
+                               message id and its request number (repeatable), else 204;
+                               with ?hold=<subject>: always <code> for events of that
+                               aggregate (ce-subject)
   /hang/...                    never answer (until the client gives up)
   /reset/...                   close the connection without answering
   /redirect/...                302 to /ok
@@ -116,6 +120,10 @@ class Handler(BaseHTTPRequestHandler):
             answer = int(parts[2]) if nth <= int(parts[1]) else 204
         elif kind in ("hangfirst", "resetfirst"):
             answer = 0 if nth <= int(parts[1]) else 204
+        elif kind == "flaky":
+            roll = int(hashlib.sha256(f"{key}/{nth}".encode()).hexdigest()[:8], 16) % 100
+            held = "hold" in query and subject == urllib.parse.unquote(query["hold"])
+            answer = int(parts[2]) if held or roll < int(parts[1]) else 204
         elif kind in ("hang", "reset"):
             answer = 0
         elif kind == "redirect":
@@ -154,6 +162,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.reset()
             else:
                 self.reply(204)
+        elif kind == "flaky":
+            self.reply(answer, b"failing at random" if answer != 204 else b"")
         elif kind == "delay":
             time.sleep(int(parts[1]) / 1000.0)
             self.reply(204)
