@@ -27,7 +27,7 @@ import time
 
 import psycopg2
 
-BIN = "/usr/lib/postgresql/15/bin"
+BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = int(os.environ.get("BENCH_EVENTS", "100000"))
 M = int(os.environ.get("BENCH_LATENCY_EVENTS", "1000"))
