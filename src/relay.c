@@ -361,6 +361,9 @@ relay_load_destinations(void)
 		}
 		if (rd->stats == NULL)	/* ops */
 			rd->stats = OutboxDestStatsAttach(MY_SLOT_INDEX, d->name);
+		/* ops: a resumed destination gets its probe at once */
+		if (rd->paused && !d->paused && rd->circuit_open)
+			rd->circuit_open_until = 0;
 		rd->paused = d->paused;
 		rd->max_concurrency = d->max_concurrency;
 		rd->circuit_threshold = d->circuit_threshold;
