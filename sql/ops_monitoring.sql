@@ -149,6 +149,16 @@ SELECT line FROM regexp_split_to_table(outbox.metrics(), E'\n') AS line
 SELECT right(outbox.metrics(), 1) = E'\n' AS ends_with_newline;
 SELECT outbox._prom_label(E'a"b\\c\nd') AS escaped;
 
+-- the README's postgres_exporter queries and runbook query run as written
+SELECT CASE status WHEN 'ok' THEN 0 WHEN 'warn' THEN 1 ELSE 2 END AS status FROM outbox.health();
+SELECT destination, pending, claimable, dead, in_flight,
+       coalesce(extract(epoch FROM oldest_pending_age), 0) >= 0 AS oldest_pending_age_seconds,
+       (circuit_state IS DISTINCT FROM 'closed' AND circuit_state IS NOT NULL)::int AS circuit_open,
+       coalesce(paused, false)::int AS paused
+  FROM outbox.destination_stats ORDER BY destination;
+SELECT destination, last_status, left(last_error, 60) AS error, count(*)
+  FROM outbox.dead_letters(max_rows => 100000) GROUP BY 1, 2, 3 ORDER BY 4 DESC;
+
 -- a pg_monitor member reads health, metrics and statistics, never
 -- payloads or secrets, and cannot change anything
 CREATE ROLE regress_ops_monitor IN ROLE pg_monitor;
