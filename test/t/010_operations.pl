@@ -212,4 +212,22 @@ like($stderr, qr/permission denied for table destinations/, 'pg_monitor member: 
 
 $node->stop;
 stop_sink($sink);
+
+# --- the library not preloaded at all --------------------------------------
+my $plain = PostgreSQL::Test::Cluster->new('not_preloaded');
+$plain->init;
+$plain->start;
+$plain->safe_psql('postgres', q{
+	CREATE EXTENSION outbox_pg;
+	INSERT INTO outbox.destinations (name, url) VALUES ('d', 'http://127.0.0.1:9/');
+	SELECT outbox.emit('t', '1', '{}', destination => 'd');
+});
+like($plain->safe_psql('postgres', q{SELECT status || ': ' || array_to_string(reasons, ' | ') FROM outbox.health()}),
+	qr/^critical: critical: outbox_pg is not in shared_preload_libraries, so no relay runs/,
+	'not preloaded: health is critical and says why');
+is($plain->safe_psql('postgres', q{SELECT pending || ' ' || in_flight || ' ' || circuit_state FROM outbox.destination_stats}),
+	'1 0 closed', 'not preloaded: destination_stats still reads the backlog');
+like($plain->safe_psql('postgres', q{SELECT outbox.metrics()}),
+	qr/^outbox_health_status\{database="postgres"\} 2$/m, 'not preloaded: metrics report critical');
+$plain->stop;
 done_testing();
