@@ -24,6 +24,13 @@
 -- Operability: monitoring, health, metrics, admin functions
 ------------------------------------------------------------------------
 
+-- Statements and view definitions are schema-qualified like the rest of
+-- the script.  Function bodies run with search_path pinned to
+-- pg_catalog, pg_temp (every function below sets it), where an
+-- unqualified operator or function can only be pg_catalog's; they stay
+-- readable that way.  SECURITY DEFINER functions take no SQL text from
+-- their callers.
+
 -- Dead letters are few: a partial index keeps their listing and the
 -- dead-letter statistics cheap without touching the hot path (rows only
 -- enter it when they die).
