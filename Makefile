@@ -17,6 +17,8 @@ OBJS = \
 	src/retry.o \
 	src/store.o \
 	src/stats.o \
+	src/deststats.o \
+	src/ops.o \
 	src/outbox_pg.o \
 	src/guc.o \
 	src/config.o \
@@ -35,7 +37,7 @@ SHLIB_LINK += $(shell curl-config --libs)
 PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
-REGRESS = setup emit emit_errors routes inbox privileges retry order_retention
+REGRESS = setup emit emit_errors routes inbox privileges retry order_retention ops_monitoring
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked order_lease order_gap
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/regress.conf

@@ -184,6 +184,608 @@ LANGUAGE C VOLATILE;
 -- Operability: monitoring, health, metrics, admin functions
 ------------------------------------------------------------------------
 
+-- Statements and view definitions are schema-qualified like the rest of
+-- the script.  Function bodies run with search_path pinned to
+-- pg_catalog, pg_temp (every function below sets it), where an
+-- unqualified operator or function can only be pg_catalog's; they stay
+-- readable that way.  SECURITY DEFINER functions take no SQL text from
+-- their callers.
+
+-- Dead letters are few: a partial index keeps their listing and the
+-- dead-letter statistics cheap without touching the hot path (rows only
+-- enter it when they die).
+CREATE INDEX events_dead_idx ON outbox.events (destination, created_at)
+    WHERE status OPERATOR(pg_catalog.=) 'dead';
+
+-- What the relays know and the table does not, from shared memory (see
+-- src/deststats.c): one row per destination of this database that a relay
+-- has worked on since the server started.  "recent" is the last minute.
+CREATE FUNCTION outbox.destination_runtime(
+    OUT destination pg_catalog.text,
+    OUT in_flight pg_catalog.int8,
+    OUT circuit_state pg_catalog.text,
+    OUT circuit_open_until pg_catalog.timestamptz,
+    OUT last_success_at pg_catalog.timestamptz,
+    OUT last_error_at pg_catalog.timestamptz,
+    OUT recent_2xx pg_catalog.int8,
+    OUT recent_3xx pg_catalog.int8,
+    OUT recent_4xx pg_catalog.int8,
+    OUT recent_5xx pg_catalog.int8,
+    OUT recent_errors pg_catalog.int8,
+    OUT recent_latency_avg_ms pg_catalog.float8,
+    OUT recent_latency_max_ms pg_catalog.float8,
+    OUT responses_2xx pg_catalog.int8,
+    OUT responses_3xx pg_catalog.int8,
+    OUT responses_4xx pg_catalog.int8,
+    OUT responses_5xx pg_catalog.int8,
+    OUT responses_errors pg_catalog.int8,
+    OUT published_total pg_catalog.int8,
+    OUT retried_total pg_catalog.int8,
+    OUT dead_lettered_total pg_catalog.int8,
+    OUT requests_total pg_catalog.int8,
+    OUT request_seconds_total pg_catalog.float8)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'outbox_destination_runtime'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION outbox.destination_runtime() IS
+    'Per destination, from the relays'' shared memory: in-flight requests, circuit state, last success and error, results and latency of the last minute, counters since server start.';
+
+-- For outbox.health(): are this database's relays running?
+CREATE FUNCTION outbox._relay_presence(
+    OUT preloaded pg_catalog.bool,
+    OUT launcher_running pg_catalog.bool,
+    OUT running pg_catalog.int4,
+    OUT erroring pg_catalog.int4,
+    OUT last_error pg_catalog.text)
+AS 'MODULE_PATHNAME', 'outbox_relay_presence'
+LANGUAGE C VOLATILE STRICT;
+
+-- Wake this database's relays when the transaction commits.
+CREATE FUNCTION outbox._wake()
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'outbox_wake'
+LANGUAGE C VOLATILE STRICT;
+
+-- A type pattern ('*' matches any text, like routes) as a LIKE pattern.
+CREATE FUNCTION outbox._glob_to_like(pattern pg_catalog.text)
+RETURNS pg_catalog.text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+               $1, '\', '\\'), '%', '\%'), '_', '\_'), '*', '%');
+$$;
+
+-- A Prometheus label value, escaped.
+CREATE FUNCTION outbox._prom_label(value pg_catalog.text)
+RETURNS pg_catalog.text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+               $1, '\', '\\'), '"', '\"'), E'\n', '\n');
+$$;
+
+-- Pending and dead events per destination (NULL: unrouted), reading only
+-- pending and dead rows.  The pending age does not count events never
+-- attempted and scheduled for later (emit(..., not_before)).
+CREATE VIEW outbox._destination_backlog AS
+SELECT b.destination,
+       pg_catalog.sum(b.pending)::pg_catalog.int8 AS pending,
+       pg_catalog.sum(b.claimable)::pg_catalog.int8 AS claimable,
+       pg_catalog.min(b.oldest_pending_at) AS oldest_pending_at,
+       pg_catalog.min(b.oldest_claimable_at) AS oldest_claimable_at,
+       pg_catalog.sum(b.dead)::pg_catalog.int8 AS dead,
+       pg_catalog.min(b.oldest_dead_at) AS oldest_dead_at
+  FROM (SELECT e.destination,
+               pg_catalog.count(*) AS pending,
+               pg_catalog.count(*) FILTER (
+                   WHERE e.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+                     AND (e.leased_until IS NULL
+                          OR e.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())) AS claimable,
+               pg_catalog.min(e.created_at) FILTER (
+                   WHERE e.attempts OPERATOR(pg_catalog.>) 0
+                      OR e.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_pending_at,
+               pg_catalog.min(e.created_at) FILTER (
+                   WHERE e.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+                     AND (e.leased_until IS NULL
+                          OR e.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())) AS oldest_claimable_at,
+               0::pg_catalog.int8 AS dead,
+               NULL::pg_catalog.timestamptz AS oldest_dead_at
+          FROM outbox.events AS e
+         WHERE e.status OPERATOR(pg_catalog.=) 'pending'
+         GROUP BY e.destination
+        UNION ALL
+        SELECT e.destination, 0, 0, NULL, NULL,
+               pg_catalog.count(*), pg_catalog.min(e.created_at)
+          FROM outbox.events AS e
+         WHERE e.status OPERATOR(pg_catalog.=) 'dead'
+         GROUP BY e.destination) AS b
+ GROUP BY b.destination;
+
+-- The 0.1.0 columns first, unchanged; then the backlog, the relays'
+-- runtime state and the last minute's results.  One row per defined
+-- destination, plus '(unrouted)' and any undefined name events still
+-- carry.  Counting published rows reads the whole table: for frequent
+-- scrapes use outbox.metrics() or outbox.health(), which do not.
+CREATE OR REPLACE VIEW outbox.destination_stats AS
+WITH b AS (SELECT * FROM outbox._destination_backlog),
+     p AS (SELECT e.destination,
+                  pg_catalog.count(*) AS published,
+                  pg_catalog.max(e.published_at) AS last_published_at
+             FROM outbox.events AS e
+            WHERE e.status OPERATOR(pg_catalog.=) 'published'
+            GROUP BY e.destination),
+     r AS (SELECT * FROM outbox.destination_runtime()),
+     k AS (SELECT d.name FROM outbox.destinations AS d
+           UNION SELECT b.destination FROM b
+           UNION SELECT p.destination FROM p)
+SELECT coalesce(k.name, '(unrouted)') AS destination,
+       coalesce(b.pending, 0)::pg_catalog.int8 AS pending,
+       pg_catalog.now() OPERATOR(pg_catalog.-) b.oldest_pending_at AS oldest_pending_age,
+       coalesce(p.published, 0)::pg_catalog.int8 AS published,
+       p.last_published_at,
+       coalesce(b.dead, 0)::pg_catalog.int8 AS dead,
+       coalesce(b.claimable, 0)::pg_catalog.int8 AS claimable,
+       pg_catalog.now() OPERATOR(pg_catalog.-) b.oldest_claimable_at AS oldest_claimable_age,
+       pg_catalog.now() OPERATOR(pg_catalog.-) b.oldest_dead_at AS oldest_dead_age,
+       coalesce(r.in_flight, 0)::pg_catalog.int8 AS in_flight,
+       d.paused,
+       CASE WHEN d.name IS NOT NULL THEN coalesce(r.circuit_state, 'closed') END AS circuit_state,
+       r.last_success_at,
+       r.last_error_at,
+       coalesce(r.recent_2xx, 0)::pg_catalog.int8 AS recent_2xx,
+       coalesce(r.recent_3xx, 0)::pg_catalog.int8 AS recent_3xx,
+       coalesce(r.recent_4xx, 0)::pg_catalog.int8 AS recent_4xx,
+       coalesce(r.recent_5xx, 0)::pg_catalog.int8 AS recent_5xx,
+       coalesce(r.recent_errors, 0)::pg_catalog.int8 AS recent_errors,
+       r.recent_latency_avg_ms,
+       r.recent_latency_max_ms
+  FROM k
+  LEFT JOIN outbox.destinations AS d ON d.name OPERATOR(pg_catalog.=) k.name
+  LEFT JOIN b ON b.destination IS NOT DISTINCT FROM k.name
+  LEFT JOIN p ON p.destination IS NOT DISTINCT FROM k.name
+  LEFT JOIN r ON r.destination OPERATOR(pg_catalog.=) k.name;
+
+COMMENT ON VIEW outbox.destination_stats IS
+    'Per destination: backlog (pending, claimable, dead and their ages), published rows, in-flight requests, paused, circuit state, last success/error and the last minute''s HTTP results and latency. No payloads.';
+
+-- ok / warn / critical, with one reason per finding.  Thresholds:
+-- outbox.pending_age_warning/_critical, outbox.dead_letters_warning/_critical.
+CREATE FUNCTION outbox.health(OUT status pg_catalog.text, OUT reasons pg_catalog.text[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rp record;
+    b record;
+    level int4 := 0;                    -- 0 ok, 1 warn, 2 critical
+    found_reasons text[] := '{}';
+    age_warn interval;
+    age_crit interval;
+    dead_warn int8;
+    dead_crit int8;
+    dead_total int8 := 0;
+    age interval;
+BEGIN
+    -- first, so that the library (and its settings) is loaded
+    SELECT * INTO rp FROM outbox._relay_presence();
+    age_warn := current_setting('outbox.pending_age_warning')::interval;
+    age_crit := current_setting('outbox.pending_age_critical')::interval;
+    dead_warn := current_setting('outbox.dead_letters_warning')::int8;
+    dead_crit := current_setting('outbox.dead_letters_critical')::int8;
+
+    IF NOT rp.preloaded THEN
+        level := 2;
+        found_reasons := found_reasons || 'critical: outbox_pg is not in shared_preload_libraries, so no relay runs'::text;
+    ELSIF rp.running = 0 THEN
+        level := 2;
+        found_reasons := found_reasons || format('critical: no relay worker is running for database "%s"%s',
+            current_database(),
+            CASE WHEN NOT rp.launcher_running THEN ' (the outbox_pg launcher is not running either)'
+                 ELSE ' (see outbox.workers() and outbox.databases)' END);
+    ELSIF rp.erroring > 0 THEN
+        level := greatest(level, 1);
+        found_reasons := found_reasons || format('warn: %s relay worker(s) failed their last cycle: %s',
+                                                 rp.erroring, rp.last_error);
+    END IF;
+
+    FOR b IN
+        SELECT bl.*, d.name AS defined, d.paused
+          FROM outbox._destination_backlog AS bl
+          LEFT JOIN outbox.destinations AS d ON d.name = bl.destination
+         ORDER BY bl.destination NULLS FIRST
+    LOOP
+        dead_total := dead_total + b.dead;
+        age := now() - b.oldest_pending_at;
+        IF age_crit > interval '0' AND age >= age_crit THEN
+            level := 2;
+            found_reasons := found_reasons || format('critical: the oldest pending event of destination "%s" is %s s old (outbox.pending_age_critical = %s)',
+                coalesce(b.destination, '(unrouted)'), floor(extract(epoch FROM age)),
+                current_setting('outbox.pending_age_critical'));
+        ELSIF age_warn > interval '0' AND age >= age_warn THEN
+            level := greatest(level, 1);
+            found_reasons := found_reasons || format('warn: the oldest pending event of destination "%s" is %s s old (outbox.pending_age_warning = %s)',
+                coalesce(b.destination, '(unrouted)'), floor(extract(epoch FROM age)),
+                current_setting('outbox.pending_age_warning'));
+        END IF;
+        IF b.pending > 0 AND b.destination IS NULL THEN
+            level := greatest(level, 1);
+            found_reasons := found_reasons || format('warn: %s pending event(s) match no route and wait', b.pending);
+        ELSIF b.pending > 0 AND b.defined IS NULL THEN
+            level := greatest(level, 1);
+            found_reasons := found_reasons || format('warn: %s pending event(s) name destination "%s", which does not exist',
+                                                     b.pending, b.destination);
+        END IF;
+    END LOOP;
+
+    FOR b IN SELECT d.name FROM outbox.destinations AS d WHERE d.paused ORDER BY d.name LOOP
+        level := greatest(level, 1);
+        found_reasons := found_reasons || format('warn: destination "%s" is paused', b.name);
+    END LOOP;
+
+    FOR b IN
+        SELECT r.destination, r.circuit_state, r.last_error_at
+          FROM outbox.destination_runtime() AS r
+          JOIN outbox.destinations AS d ON d.name = r.destination
+         WHERE r.circuit_state <> 'closed'
+         ORDER BY r.destination
+    LOOP
+        level := greatest(level, 1);
+        found_reasons := found_reasons || format('warn: destination "%s" is failing: its circuit is %s',
+                                                 b.destination, b.circuit_state);
+    END LOOP;
+
+    IF dead_crit > 0 AND dead_total >= dead_crit THEN
+        level := 2;
+        found_reasons := found_reasons || format('critical: %s dead letter(s) (outbox.dead_letters_critical = %s); see outbox.dead_letters()',
+                                                 dead_total, dead_crit);
+    ELSIF dead_warn > 0 AND dead_total >= dead_warn THEN
+        level := greatest(level, 1);
+        found_reasons := found_reasons || format('warn: %s dead letter(s) (outbox.dead_letters_warning = %s); see outbox.dead_letters()',
+                                                 dead_total, dead_warn);
+    END IF;
+
+    status := (ARRAY['ok', 'warn', 'critical'])[level + 1];
+    reasons := found_reasons;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.health() IS
+    'ok, warn or critical for this database''s outbox, with the reasons; thresholds are the outbox.pending_age_* and outbox.dead_letters_* settings.';
+
+-- Prometheus text exposition format (version 0.0.4) for this database.
+-- One query, no temporary objects: it also runs in read-only sessions.
+CREATE FUNCTION outbox.metrics()
+RETURNS pg_catalog.text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    preloaded bool;
+    health text;
+    db text;
+BEGIN
+    SELECT rp.preloaded INTO preloaded FROM outbox._relay_presence() AS rp;
+    SELECT h.status INTO health FROM outbox.health() AS h;
+    db := format('database="%s"', outbox._prom_label(current_database()));
+
+    RETURN (
+    WITH fam(ord, name, type, help) AS (VALUES
+            (1, 'outbox_health_status', 'gauge', 'outbox.health() of this database: 0 ok, 1 warn, 2 critical.'),
+            (2, 'outbox_relay_workers', 'gauge', 'Relay workers of this database by state (stopped and no extension: assigned slots not running).'),
+            (3, 'outbox_relay_published_total', 'counter', 'Events acknowledged, per relay worker, since it started.'),
+            (4, 'outbox_relay_failed_total', 'counter', 'Failed attempts (retried or dead-lettered), per relay worker, since it started.'),
+            (5, 'outbox_relay_in_flight_requests', 'gauge', 'Requests in flight, per relay worker.'),
+            (10, 'outbox_pending_events', 'gauge', 'Events waiting to be delivered.'),
+            (11, 'outbox_claimable_events', 'gauge', 'Pending events due now (not waiting for a retry or a lease).'),
+            (12, 'outbox_oldest_pending_age_seconds', 'gauge', 'Age of the oldest pending event (0 if none).'),
+            (13, 'outbox_oldest_claimable_age_seconds', 'gauge', 'Age of the oldest event due now (0 if none).'),
+            (14, 'outbox_dead_letters', 'gauge', 'Dead-lettered events.'),
+            (15, 'outbox_oldest_dead_letter_age_seconds', 'gauge', 'Age of the oldest dead letter, from its creation (0 if none).'),
+            (16, 'outbox_in_flight_requests', 'gauge', 'Requests the relays have in flight.'),
+            (17, 'outbox_destination_paused', 'gauge', '1 if the destination is paused.'),
+            (18, 'outbox_circuit_open', 'gauge', '1 if a relay has the destination''s circuit open or half-open.'),
+            (20, 'outbox_published_total', 'counter', 'Events acknowledged by the destination since the server started.'),
+            (21, 'outbox_retries_total', 'counter', 'Failed attempts scheduled for a retry since the server started.'),
+            (22, 'outbox_dead_lettered_total', 'counter', 'Events dead-lettered by the relay since the server started.'),
+            (23, 'outbox_http_responses_total', 'counter', 'Completed requests by HTTP status class (error: no HTTP answer) since the server started.'),
+            (24, 'outbox_http_request_duration_seconds', 'summary', 'Duration of the requests since the server started.'),
+            (25, 'outbox_last_success_timestamp_seconds', 'gauge', 'Unix time of the last acknowledged request.'),
+            (26, 'outbox_last_error_timestamp_seconds', 'gauge', 'Unix time of the last failed request.')),
+         w AS (SELECT * FROM outbox.workers() WHERE preloaded),
+         b AS (SELECT * FROM outbox._destination_backlog),
+         k AS (SELECT d.name FROM outbox.destinations AS d UNION SELECT b.destination FROM b),
+         s AS (
+            SELECT db || format(',destination="%s"', outbox._prom_label(coalesce(k.name, '(unrouted)'))) AS labels,
+                   coalesce(b.pending, 0) AS pending,
+                   coalesce(b.claimable, 0) AS claimable,
+                   coalesce(extract(epoch FROM now() - b.oldest_pending_at), 0) AS pending_age,
+                   coalesce(extract(epoch FROM now() - b.oldest_claimable_at), 0) AS claimable_age,
+                   coalesce(b.dead, 0) AS dead,
+                   coalesce(extract(epoch FROM now() - b.oldest_dead_at), 0) AS dead_age,
+                   d.name IS NOT NULL AS defined,
+                   coalesce(d.paused, false) AS paused,
+                   r.*
+              FROM k
+              LEFT JOIN b ON b.destination IS NOT DISTINCT FROM k.name
+              LEFT JOIN outbox.destinations AS d ON d.name = k.name
+              LEFT JOIN outbox.destination_runtime() AS r ON r.destination = k.name),
+         samples(ord, metric, labels, value) AS (
+            SELECT 1, 'outbox_health_status', db,
+                   (array_position(ARRAY['ok', 'warn', 'critical'], health) - 1)::text
+            UNION ALL
+            SELECT 2, 'outbox_relay_workers', db || format(',state="%s"', st.state), count(w.pid)::text
+              FROM unnest(ARRAY['starting', 'idle', 'working', 'error', 'no extension', 'stopped']) AS st(state)
+              LEFT JOIN w ON w.state = st.state AND w.database = current_database()
+             GROUP BY st.state
+            UNION ALL
+            SELECT m.ord, m.metric, db || format(',worker="%s"', w.worker), m.value
+              FROM w,
+                   LATERAL (VALUES (3, 'outbox_relay_published_total', w.published::text),
+                                   (4, 'outbox_relay_failed_total', w.failed::text),
+                                   (5, 'outbox_relay_in_flight_requests', w.in_flight::text))
+                       AS m(ord, metric, value)
+             WHERE w.database = current_database() AND w.pid IS NOT NULL
+            UNION ALL
+            SELECT m.ord, m.metric, s.labels || m.extra, m.value
+              FROM s,
+                   LATERAL (VALUES
+                       (10, 'outbox_pending_events', '', s.pending::text),
+                       (11, 'outbox_claimable_events', '', s.claimable::text),
+                       (12, 'outbox_oldest_pending_age_seconds', '', round(s.pending_age, 3)::text),
+                       (13, 'outbox_oldest_claimable_age_seconds', '', round(s.claimable_age, 3)::text),
+                       (14, 'outbox_dead_letters', '', s.dead::text),
+                       (15, 'outbox_oldest_dead_letter_age_seconds', '', round(s.dead_age, 3)::text),
+                       (16, 'outbox_in_flight_requests', '', coalesce(s.in_flight, 0)::text),
+                       (17, 'outbox_destination_paused', '', CASE WHEN s.paused THEN '1' ELSE '0' END),
+                       (18, 'outbox_circuit_open', '',
+                        CASE WHEN coalesce(s.circuit_state, 'closed') = 'closed' THEN '0' ELSE '1' END),
+                       (20, 'outbox_published_total', '', coalesce(s.published_total, 0)::text),
+                       (21, 'outbox_retries_total', '', coalesce(s.retried_total, 0)::text),
+                       (22, 'outbox_dead_lettered_total', '', coalesce(s.dead_lettered_total, 0)::text),
+                       (23, 'outbox_http_responses_total', ',class="2xx"', coalesce(s.responses_2xx, 0)::text),
+                       (23, 'outbox_http_responses_total', ',class="3xx"', coalesce(s.responses_3xx, 0)::text),
+                       (23, 'outbox_http_responses_total', ',class="4xx"', coalesce(s.responses_4xx, 0)::text),
+                       (23, 'outbox_http_responses_total', ',class="5xx"', coalesce(s.responses_5xx, 0)::text),
+                       (23, 'outbox_http_responses_total', ',class="error"', coalesce(s.responses_errors, 0)::text),
+                       (24, 'outbox_http_request_duration_seconds_sum', '',
+                        round(coalesce(s.request_seconds_total, 0)::numeric, 6)::text),
+                       (24, 'outbox_http_request_duration_seconds_count', '', coalesce(s.requests_total, 0)::text),
+                       (25, 'outbox_last_success_timestamp_seconds', '',
+                        round(extract(epoch FROM s.last_success_at), 3)::text),
+                       (26, 'outbox_last_error_timestamp_seconds', '',
+                        round(extract(epoch FROM s.last_error_at), 3)::text))
+                       AS m(ord, metric, extra, value)
+             WHERE m.value IS NOT NULL
+               AND (m.ord < 16 OR s.defined))
+    SELECT string_agg(x.line, E'\n' ORDER BY x.ord, x.sub, x.metric, x.labels) || E'\n'
+      FROM (SELECT f.ord, 0 AS sub, '' AS metric, '' AS labels,
+                   format('# HELP %s %s', f.name, f.help) AS line
+              FROM fam AS f
+            UNION ALL
+            SELECT f.ord, 1, '', '', format('# TYPE %s %s', f.name, f.type)
+              FROM fam AS f
+            UNION ALL
+            SELECT sm.ord, 2, sm.metric, sm.labels, format('%s{%s} %s', sm.metric, sm.labels, sm.value)
+              FROM samples AS sm) AS x);
+END
+$$;
+
+COMMENT ON FUNCTION outbox.metrics() IS
+    'This database''s outbox metrics in the Prometheus text exposition format.';
+-- Wait until an event is published (true), or the timeout passes or the
+-- event is dead-lettered (false).  For read-your-publish flows and tests.
+CREATE FUNCTION outbox.wait_published(id pg_catalog.uuid,
+                                      timeout pg_catalog.interval DEFAULT '30 seconds')
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'outbox_wait_published'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION outbox.wait_published(pg_catalog.uuid, pg_catalog.interval) IS
+    'Wait until the event is published (true); false when the timeout passes first or the event is dead-lettered.';
+
+-- Dead letters: list, redrive, purge.  These run as the extension owner
+-- and are granted to nobody: EXECUTE is the whole grant for an operator
+-- role.  Filters: destination (exact), type (pattern, '*' matches any
+-- text), error_like (LIKE pattern on last_error), since/until (creation
+-- time, until exclusive).
+CREATE FUNCTION outbox.dead_letters(
+    destination pg_catalog.text DEFAULT NULL,
+    type        pg_catalog.text DEFAULT NULL,
+    error_like  pg_catalog.text DEFAULT NULL,
+    since       pg_catalog.timestamptz DEFAULT NULL,
+    until       pg_catalog.timestamptz DEFAULT NULL,
+    max_rows    pg_catalog.int4 DEFAULT 100)
+RETURNS TABLE (id pg_catalog.uuid, destination pg_catalog.text, type pg_catalog.text,
+               aggregate_type pg_catalog.text, aggregate_id pg_catalog.text,
+               attempts pg_catalog.int4, last_status pg_catalog.int4,
+               last_error pg_catalog.text, created_at pg_catalog.timestamptz,
+               payload pg_catalog.jsonb, headers pg_catalog.jsonb)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT e.id, e.destination, e.type, e.aggregate_type, e.aggregate_id, e.attempts,
+           e.last_status, e.last_error, e.created_at, e.payload, e.headers
+      FROM outbox.events AS e
+     WHERE e.status OPERATOR(pg_catalog.=) 'dead'
+       AND ($1 IS NULL OR e.destination OPERATOR(pg_catalog.=) $1)
+       AND ($2 IS NULL OR e.type OPERATOR(pg_catalog.~~) outbox._glob_to_like($2))
+       AND ($3 IS NULL OR e.last_error OPERATOR(pg_catalog.~~) $3)
+       AND ($4 IS NULL OR e.created_at OPERATOR(pg_catalog.>=) $4)
+       AND ($5 IS NULL OR e.created_at OPERATOR(pg_catalog.<) $5)
+     ORDER BY e.created_at, e.id
+     LIMIT $6;
+$$;
+
+COMMENT ON FUNCTION outbox.dead_letters(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.timestamptz, pg_catalog.timestamptz, pg_catalog.int4) IS
+    'Dead letters matching the filters, oldest first, with payload and last error.';
+
+-- The dead letters a filter selects; a filter is required unless
+-- all_dead is true, so a forgotten argument never means "everything".
+CREATE FUNCTION outbox._dead_selection(
+    destination pg_catalog.text, type pg_catalog.text, error_like pg_catalog.text,
+    since pg_catalog.timestamptz, until pg_catalog.timestamptz, all_dead pg_catalog.bool,
+    verb pg_catalog.text)
+RETURNS SETOF pg_catalog.uuid
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF $1 IS NULL AND $2 IS NULL AND $3 IS NULL AND $4 IS NULL AND $5 IS NULL
+       AND NOT coalesce($6, false) THEN
+        RAISE EXCEPTION 'no filter given for the dead letters to %', $7
+              USING ERRCODE = '22023',
+                    HINT = 'Give destination, type, error_like, since or until, or all_dead => true for every dead letter.';
+    END IF;
+    RETURN QUERY
+    SELECT e.id
+      FROM outbox.events AS e
+     WHERE e.status OPERATOR(pg_catalog.=) 'dead'
+       AND ($1 IS NULL OR e.destination OPERATOR(pg_catalog.=) $1)
+       AND ($2 IS NULL OR e.type OPERATOR(pg_catalog.~~) outbox._glob_to_like($2))
+       AND ($3 IS NULL OR e.last_error OPERATOR(pg_catalog.~~) $3)
+       AND ($4 IS NULL OR e.created_at OPERATOR(pg_catalog.>=) $4)
+       AND ($5 IS NULL OR e.created_at OPERATOR(pg_catalog.<) $5);
+END
+$$;
+
+-- Redrive one dead letter: pending again, due now, attempts from zero,
+-- same id.  false if the event is not a dead letter.
+CREATE FUNCTION outbox.redrive(id pg_catalog.uuid)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    current_status text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'event id must not be null' USING ERRCODE = '22004';
+    END IF;
+    SELECT e.status INTO current_status FROM outbox.events AS e WHERE e.id = $1 FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'event % does not exist', $1
+              USING ERRCODE = '42704',
+                    HINT = 'List dead letters with outbox.dead_letters().';
+    END IF;
+    IF current_status <> 'dead' THEN
+        RETURN false;
+    END IF;
+    UPDATE outbox.events AS e
+       SET status = 'pending', attempts = 0, next_attempt_at = now(), leased_until = NULL
+     WHERE e.id = $1;
+    PERFORM outbox._wake();
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.redrive(pg_catalog.uuid) IS
+    'Send a dead letter again (same id, attempts from zero); false if it is not a dead letter.';
+
+CREATE FUNCTION outbox.redrive_dead(
+    destination pg_catalog.text DEFAULT NULL,
+    type        pg_catalog.text DEFAULT NULL,
+    error_like  pg_catalog.text DEFAULT NULL,
+    since       pg_catalog.timestamptz DEFAULT NULL,
+    until       pg_catalog.timestamptz DEFAULT NULL,
+    all_dead    pg_catalog.bool DEFAULT false)
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n int8;
+BEGIN
+    UPDATE outbox.events AS e
+       SET status = 'pending', attempts = 0, next_attempt_at = now(), leased_until = NULL
+     WHERE e.id IN (SELECT s FROM outbox._dead_selection($1, $2, $3, $4, $5, $6, 'redrive') AS s)
+       AND e.status = 'dead';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        PERFORM outbox._wake();
+    END IF;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.redrive_dead(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.timestamptz, pg_catalog.timestamptz, pg_catalog.bool) IS
+    'Send the dead letters a filter selects again (same ids); all_dead => true for every one. Returns how many.';
+
+CREATE FUNCTION outbox.purge_dead(
+    destination pg_catalog.text DEFAULT NULL,
+    type        pg_catalog.text DEFAULT NULL,
+    error_like  pg_catalog.text DEFAULT NULL,
+    since       pg_catalog.timestamptz DEFAULT NULL,
+    until       pg_catalog.timestamptz DEFAULT NULL,
+    all_dead    pg_catalog.bool DEFAULT false)
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n int8;
+BEGIN
+    DELETE FROM outbox.events AS e
+     WHERE e.id IN (SELECT s FROM outbox._dead_selection($1, $2, $3, $4, $5, $6, 'purge') AS s)
+       AND e.status = 'dead';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION outbox.purge_dead(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.timestamptz, pg_catalog.timestamptz, pg_catalog.bool) IS
+    'Delete the dead letters a filter selects (never pending or published events); all_dead => true for every one. Returns how many.';
+
+-- Pause and resume a destination: its events wait (requests already in
+-- flight finish); resume wakes the relays at commit.
+CREATE FUNCTION outbox._set_paused(destination pg_catalog.text, paused pg_catalog.bool)
+RETURNS pg_catalog.void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'destination name must not be null' USING ERRCODE = '22004';
+    END IF;
+    UPDATE outbox.destinations AS d SET paused = $2 WHERE d.name = $1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', $1
+              USING ERRCODE = '42704',
+                    HINT = 'See outbox.destinations for the defined destinations.';
+    END IF;
+    PERFORM outbox._wake();
+END
+$$;
+
+CREATE FUNCTION outbox.pause(destination pg_catalog.text)
+RETURNS pg_catalog.void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT outbox._set_paused($1, true); $$;
+
+CREATE FUNCTION outbox.resume(destination pg_catalog.text)
+RETURNS pg_catalog.void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT outbox._set_paused($1, false); $$;
+
+COMMENT ON FUNCTION outbox.pause(pg_catalog.text) IS
+    'Stop leasing events of a destination; they wait until outbox.resume().';
+COMMENT ON FUNCTION outbox.resume(pg_catalog.text) IS
+    'Deliver a paused destination''s events again.';
+
+-- Monitoring for the built-in pg_monitor role: health, metrics and the
+-- statistics, never payloads or secrets (the views and SECURITY DEFINER
+-- functions read the tables with the owner's rights; pg_monitor gets no
+-- privilege on any table).
+GRANT USAGE ON SCHEMA outbox TO pg_monitor;
+GRANT SELECT ON outbox.destination_stats TO pg_monitor;
+GRANT EXECUTE ON FUNCTION outbox.health(), outbox.metrics(), outbox.workers(),
+                          outbox.destination_runtime()
+      TO pg_monitor;
 
 
 ------------------------------------------------------------------------

@@ -40,6 +40,12 @@ int			outbox_lease_margin = 10000;
 int			outbox_retention = 3600;
 int			outbox_retention_batch = 5000;
 
+/* operability thresholds (see ops.c and outbox.health()) */
+int			outbox_pending_age_warning = 300;
+int			outbox_pending_age_critical = 1800;
+int			outbox_dead_letters_warning = 1;
+int			outbox_dead_letters_critical = 0;
+
 static bool
 guc_check_traceparent(char **newval, void **extra, GucSource source)
 {
@@ -194,6 +200,43 @@ OutboxDefineGucs(void)
 							NULL,
 							&outbox_retention_batch,
 							5000, 1, 1000000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	/* operability: thresholds of outbox.health() and the relay's warnings */
+	DefineCustomIntVariable("outbox.pending_age_warning",
+							"Age of the oldest pending event at which outbox.health() warns and the relay logs a WARNING.",
+							"0 disables the check.",
+							&outbox_pending_age_warning,
+							300, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.pending_age_critical",
+							"Age of the oldest pending event at which outbox.health() reports critical.",
+							"0 disables the check.",
+							&outbox_pending_age_critical,
+							1800, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.dead_letters_warning",
+							"Dead letters in the database at which outbox.health() warns.",
+							"0 disables the check.",
+							&outbox_dead_letters_warning,
+							1, 0, INT_MAX,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.dead_letters_critical",
+							"Dead letters in the database at which outbox.health() reports critical.",
+							"0 disables the check.",
+							&outbox_dead_letters_critical,
+							0, 0, INT_MAX,
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);

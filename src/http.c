@@ -265,6 +265,7 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	CURL	   *easy;
 
 	req->status = 0;
+	req->duration_us = 0;
 	req->curl_code = CURLE_OK;
 	req->error[0] = '\0';
 	req->response[0] = '\0';
@@ -361,6 +362,12 @@ http_collect(HttpClient *client)
 		Assert(req->easy == easy);
 		curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
 		req->status = (int) status;
+		{
+			curl_off_t	total_us = 0;
+
+			curl_easy_getinfo(easy, CURLINFO_TOTAL_TIME_T, &total_us);
+			req->duration_us = (int64) total_us;
+		}
 		if (req->response_too_large)
 			snprintf(req->error, sizeof(req->error),
 					 "response body larger than outbox.max_response_size (%d bytes)",

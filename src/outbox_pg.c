@@ -36,5 +36,6 @@ _PG_init(void)
 		return;
 
 	OutboxShmemInit();
+	OutboxDestStatsShmemInit();
 	OutboxRegisterLauncher();
 }

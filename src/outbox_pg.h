@@ -92,6 +92,10 @@ extern int	outbox_discovery_interval;
 extern int	outbox_lease_margin;
 extern int	outbox_retention;
 extern int	outbox_retention_batch;
+extern int	outbox_pending_age_warning;
+extern int	outbox_pending_age_critical;
+extern int	outbox_dead_letters_warning;
+extern int	outbox_dead_letters_critical;
 
 extern void OutboxDefineGucs(void);
 
@@ -184,6 +188,7 @@ typedef struct HttpRequest
 	bool		refused;		/* refused before sending (allow-list) */
 	int			retry_after_secs;	/* -1 if absent */
 	bool		response_too_large;
+	int64		duration_us;	/* total time of the request */
 	size_t		response_total;
 	size_t		response_len;
 	char		response[256];	/* start of the response body */
@@ -222,6 +227,22 @@ extern int64 OutboxBackoffDelayMs(int attempt, int base_ms, int cap_ms,
 extern DeliveryOutcome OutboxClassifyResponse(int status, CURLcode code,
 											  bool refused);
 extern bool OutboxIsDestinationFailure(int status, CURLcode code);
+
+/* deststats.c */
+typedef struct DestStats DestStats;
+
+extern void OutboxDestStatsShmemInit(void);
+extern DestStats *OutboxDestStatsAttach(int slot, const char *name);
+extern void OutboxDestStatsSetInFlight(DestStats *ds, int slot, int n);
+extern void OutboxDestStatsRecordResult(DestStats *ds, TimestampTz now,
+										int status, DeliveryOutcome outcome,
+										int64 duration_us);
+extern bool OutboxDestStatsSetCircuit(DestStats *ds, int slot,
+									  TimestampTz open_until);
+extern void OutboxDestStatsRelayExit(int slot);
+
+/* ops.c */
+extern void OutboxOpsCheckBacklog(const char *database_name);
 
 /* webhook.c */
 typedef struct WebhookEvent

@@ -92,6 +92,8 @@ typedef struct RelayDestination
 	TimestampTz circuit_open_until;
 	bool		circuit_open;
 
+	DestStats  *stats;			/* ops: shared-memory statistics (deststats.c) */
+
 	/* configuration, refreshed at every lease step */
 	bool		paused;
 	int			max_concurrency;
@@ -142,6 +144,9 @@ static pg_prng_state prng;
 static char last_logged_error[OUTBOX_ERROR_LEN];
 static TimestampTz last_logged_at = 0;
 
+/* ops: this relay's slot number, for its cells in deststats.c */
+#define MY_SLOT_INDEX ((int) (my_slot - outbox_shared->slots))
+
 static SPIPlanPtr destinations_plan = NULL;
 static SPIPlanPtr route_plan = NULL;
 
@@ -168,6 +173,7 @@ relay_on_exit(int code, Datum arg)
 {
 	if (my_slot == NULL)
 		return;
+	OutboxDestStatsRelayExit(MY_SLOT_INDEX);	/* ops */
 	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
 	my_slot->pid = 0;
 	my_slot->procno = -1;
@@ -351,12 +357,21 @@ relay_load_destinations(void)
 			rd->consecutive_failures = 0;
 			rd->circuit_open_until = 0;
 			rd->circuit_open = false;
+			rd->stats = NULL;
 		}
+		if (rd->stats == NULL)	/* ops */
+			rd->stats = OutboxDestStatsAttach(MY_SLOT_INDEX, d->name);
+		/* ops: a resumed destination gets its probe at once */
+		if (rd->paused && !d->paused && rd->circuit_open)
+			rd->circuit_open_until = 0;
 		rd->paused = d->paused;
 		rd->max_concurrency = d->max_concurrency;
 		rd->circuit_threshold = d->circuit_threshold;
 		if (rd->circuit_threshold <= 0)
+		{
 			rd->circuit_open = false;
+			(void) OutboxDestStatsSetCircuit(rd->stats, MY_SLOT_INDEX, 0);	/* ops */
+		}
 
 		old = MemoryContextSwitchTo(cycle_context);
 		result = lappend(result, d);
@@ -477,6 +492,7 @@ relay_lease(List *dests, bool *drained)
 
 			rd->in_flight++;
 			total_in_flight++;
+			OutboxDestStatsSetInFlight(rd->stats, MY_SLOT_INDEX, rd->in_flight);	/* ops */
 
 			/*
 			 * SPI calls leave CurrentMemoryContext in SPI's own (transaction)
@@ -499,6 +515,7 @@ relay_free_event(RelayEvent *ev)
 	ev->req.headers = NULL;
 	ev->dest->in_flight--;
 	total_in_flight--;
+	OutboxDestStatsSetInFlight(ev->dest->stats, MY_SLOT_INDEX, ev->dest->in_flight);	/* ops */
 	MemoryContextDelete(ev->context);
 }
 
@@ -507,7 +524,9 @@ relay_note_destination(RelayDestination *rd, bool failed)
 {
 	if (!failed)
 	{
-		if (rd->circuit_open)
+		/* ops: circuit transitions are rate-limited across relays */
+		if (rd->circuit_open &&
+			OutboxDestStatsSetCircuit(rd->stats, MY_SLOT_INDEX, 0))
 			ereport(LOG,
 					(errmsg("outbox_pg destination \"%s\" is healthy again; circuit closed",
 							rd->name)));
@@ -522,14 +541,17 @@ relay_note_destination(RelayDestination *rd, bool failed)
 		int			shift = Min(rd->consecutive_failures - rd->circuit_threshold, 6);
 		int			pause_ms = Min(CIRCUIT_MAX_OPEN_MS, 1000 << shift);
 
-		if (!rd->circuit_open)
-			ereport(LOG,
-					(errmsg("outbox_pg destination \"%s\" failed %d times in a row; circuit opened",
-							rd->name, rd->consecutive_failures),
-					 errhint("Events for it wait; other destinations are not affected. See outbox.events.last_error.")));
-		rd->circuit_open = true;
 		rd->circuit_open_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 															 pause_ms);
+		if (OutboxDestStatsSetCircuit(rd->stats, MY_SLOT_INDEX,
+									  rd->circuit_open_until) &&
+			!rd->circuit_open)
+			ereport(WARNING,
+					(errcode(ERRCODE_WARNING),
+					 errmsg("outbox_pg destination \"%s\" failed %d times in a row; circuit opened",
+							rd->name, rd->consecutive_failures),
+					 errhint("Events for it wait; other destinations are not affected. See outbox.destination_stats and outbox.events.last_error.")));
+		rd->circuit_open = true;
 	}
 }
 
@@ -611,6 +633,8 @@ relay_record(List *done)
 		if (outcome == OUTCOME_RETRY &&
 			(ev->attempts >= ev->max_attempts || ev->age_secs >= ev->max_age_secs))
 			outcome = OUTCOME_DEAD;
+		OutboxDestStatsRecordResult(ev->dest->stats, now, req->status, outcome,
+									req->duration_us);	/* ops */
 
 		switch (outcome)
 		{
@@ -818,6 +842,8 @@ OutboxRelayMain(Datum main_arg)
 					/* retention of published events: worker 0 (retention.c) */
 					if (my_slot->worker_number == 0)
 						OutboxRetentionStep(now);
+					if (my_slot->worker_number == 0)	/* ops: backlog warning */
+						OutboxOpsCheckBacklog(database_name);
 					MemoryContextSwitchTo(events_context);
 					leased = relay_lease(dests, &drained);
 					MemoryContextSwitchTo(cycle_context);
