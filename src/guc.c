@@ -37,6 +37,7 @@ char	   *outbox_allowed_hosts = NULL;
 char	   *outbox_ca_file = NULL;
 int			outbox_discovery_interval = 10;
 int			outbox_lease_margin = 10000;
+int			outbox_inbox_retention = 7 * SECS_PER_DAY;
 
 static bool
 guc_check_traceparent(char **newval, void **extra, GucSource source)
@@ -175,6 +176,17 @@ OutboxDefineGucs(void)
 							10000, 1000, 3600 * 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.inbox_retention",
+							"How long processed inbox messages are kept before the worker deletes them.",
+							"A redelivered message is recognised as a duplicate only while it is kept, so the worker never deletes before outbox.redelivery_window has passed, whatever this says.",
+							&outbox_inbox_retention,
+							7 * SECS_PER_DAY,
+							OUTBOX_MIN_CLAIM_TTL,
+							OUTBOX_MAX_CLAIM_TTL,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("outbox");

@@ -684,6 +684,7 @@ OutboxRelayMain(Datum main_arg)
 {
 	int			slot_index = DatumGetInt32(main_arg);
 	volatile bool need_lease = true;
+	volatile bool need_inbox = true;	/* inbox work (inbox_worker.c) */
 	volatile TimestampTz last_poll = 0;
 	volatile TimestampTz last_route = 0;
 	TimestampTz first_done_at = 0;
@@ -769,7 +770,7 @@ OutboxRelayMain(Datum main_arg)
 
 		now = GetCurrentTimestamp();
 		if (TimestampDifferenceExceeds(last_poll, now, outbox_poll_interval))
-			need_lease = true;
+			need_lease = need_inbox = true;
 
 		PG_TRY();
 		{
@@ -890,6 +891,10 @@ OutboxRelayMain(Datum main_arg)
 		PG_END_TRY();
 		MemoryContextReset(cycle_context);
 
+		/* inbox: one bounded batch of received messages, and retention */
+		if (need_inbox)
+			need_inbox = InboxWorkerCycle(my_slot->worker_number == 0);
+
 		/* send and wait */
 		if (total_in_flight == 0)
 			relay_set_state(RELAY_IDLE, "waiting for events");
@@ -897,7 +902,7 @@ OutboxRelayMain(Datum main_arg)
 			relay_set_state(RELAY_WORKING, "sending");
 
 		now = GetCurrentTimestamp();
-		if (need_lease && total_in_flight < outbox_batch_size)
+		if ((need_lease && total_in_flight < outbox_batch_size) || need_inbox)
 			wait_ms = 0;
 		else if (pending_done != NIL)
 			wait_ms = RECORD_DELAY_MS;
@@ -912,7 +917,7 @@ OutboxRelayMain(Datum main_arg)
 		MemoryContextSwitchTo(cycle_context);
 		done = HttpClientWait(http, wait_ms, &woken);
 		if (woken)
-			need_lease = true;
+			need_lease = need_inbox = true;
 		MemoryContextSwitchTo(events_context);
 		if (done != NULL && pending_done == NIL)
 			first_done_at = GetCurrentTimestamp();
