@@ -64,6 +64,7 @@
 #include "nodes/makefuncs.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -343,8 +344,15 @@ inbox_receive(PG_FUNCTION_ARGS)
 				 errdetail("The payload has %zu bytes; outbox.max_payload_size is %d bytes.",
 						   payload_size, outbox_max_payload_size)));
 	(void) receive_text_arg(fcinfo, 3, "aggregate id", OUTBOX_MAX_ID_LEN);
-	if (!PG_ARGISNULL(4))
-		OutboxCheckHeaders(PG_GETARG_DATUM(4));
+
+	/*
+	 * Headers are what the broker carried, kept for the handler: any JSON
+	 * object (the outbox's rules for headers it sends do not apply).
+	 */
+	if (!PG_ARGISNULL(4) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(4)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("message headers must be a JSON object")));
 	(void) receive_text_arg(fcinfo, 5, "message source", OUTBOX_MAX_TYPE_LEN);
 
 	now = GetCurrentTransactionStartTimestamp();
