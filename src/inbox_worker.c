@@ -56,8 +56,9 @@
  * deleted, INBOX_RETENTION_BATCH rows per table per run.  Pending and dead
  * messages are never deleted here.  A processed message is the duplicate
  * detector for its id, so the effective retention is never shorter than
- * outbox.redelivery_window; a shorter setting is overridden with a
- * WARNING in the server log.
+ * outbox.redelivery_window; a shorter setting is overridden, and said so
+ * in the server log at LOG level (which, unlike WARNING, passes the
+ * default log_min_messages and TAP's log_min_messages = log alike).
  *
  * Each step takes its table locks with RVR_SKIP_LOCKED first and skips the
  * cycle when they are not free (DROP or ALTER EXTENSION in progress) or
@@ -195,7 +196,7 @@ inbox_prepare_plans(void)
 				   " WHERE m.id OPERATOR(pg_catalog.=) ANY (ARRAY("
 				   "        SELECT o.id FROM inbox.messages AS o"
 				   "         WHERE o.status OPERATOR(pg_catalog.=) 'processed'"
-				   "           AND o.processed_at OPERATOR(pg_catalog.<) pg_catalog.now() OPERATOR(pg_catalog.-) $1"
+				   "           AND o.processed_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $1)"
 				   "         ORDER BY o.processed_at"
 				   "         LIMIT $2"
 				   "           FOR UPDATE SKIP LOCKED))"
@@ -510,8 +511,9 @@ inbox_retention(void)
 
 	if (keep_secs < outbox_redelivery_window)
 	{
+		/* LOG outranks WARNING in the server log (log_min_messages) */
 		if (warned_retention != outbox_inbox_retention)
-			ereport(WARNING,
+			ereport(LOG,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("outbox.inbox_retention (%d s) is shorter than outbox.redelivery_window (%d s); processed inbox messages are kept for %d s",
 							outbox_inbox_retention, outbox_redelivery_window,
