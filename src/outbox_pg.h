@@ -190,7 +190,7 @@ extern PGDLLEXPORT void OutboxLauncherMain(Datum main_arg);
 extern PGDLLEXPORT void OutboxRelayMain(Datum main_arg);
 
 /* inbox_worker.c */
-extern bool InboxWorkerCycle(bool run_retention);
+extern bool InboxWorkerCycle(bool run_retention, long *wait_ms);
 
 /* http.c */
 typedef struct HttpRequest

@@ -685,6 +685,7 @@ OutboxRelayMain(Datum main_arg)
 	int			slot_index = DatumGetInt32(main_arg);
 	volatile bool need_lease = true;
 	volatile bool need_inbox = true;	/* inbox work (inbox_worker.c) */
+	volatile long inbox_wait_ms = 0;
 	volatile TimestampTz last_poll = 0;
 	volatile TimestampTz last_route = 0;
 	TimestampTz first_done_at = 0;
@@ -893,7 +894,8 @@ OutboxRelayMain(Datum main_arg)
 
 		/* inbox: one bounded batch of received messages, and retention */
 		if (need_inbox)
-			need_inbox = InboxWorkerCycle(my_slot->worker_number == 0);
+			need_inbox = InboxWorkerCycle(my_slot->worker_number == 0,
+										  (long *) &inbox_wait_ms);
 
 		/* send and wait */
 		if (total_in_flight == 0)
@@ -902,7 +904,7 @@ OutboxRelayMain(Datum main_arg)
 			relay_set_state(RELAY_WORKING, "sending");
 
 		now = GetCurrentTimestamp();
-		if ((need_lease && total_in_flight < outbox_batch_size) || need_inbox)
+		if (need_lease && total_in_flight < outbox_batch_size)
 			wait_ms = 0;
 		else if (pending_done != NIL)
 			wait_ms = RECORD_DELAY_MS;
@@ -914,6 +916,8 @@ OutboxRelayMain(Datum main_arg)
 			if (total_in_flight > 0)
 				wait_ms = Min(wait_ms, 100);
 		}
+		if (need_inbox)
+			wait_ms = Min(wait_ms, inbox_wait_ms);
 		MemoryContextSwitchTo(cycle_context);
 		done = HttpClientWait(http, wait_ms, &woken);
 		if (woken)
