@@ -98,6 +98,27 @@ SELECT inbox.receive('im-4', 'order.paid', '{}') AS received_after_purge;
 
 SELECT type, pending, processed, dead FROM inbox.message_stats ORDER BY type;
 
+-- the worker's lease (no relay runs here): due pending messages in received
+-- order; for an ordered handler, not while an earlier message of the same
+-- aggregate is pending (leased or waiting for a retry); dead ones do not
+-- hold their aggregate back
+DELETE FROM inbox.messages;
+SELECT inbox.register_handler('step.*', 'handle_paid(inbox.messages)', ordered => true);
+SELECT inbox.receive('s-a1', 'step.x', '{}', aggregate_id => 'A'),
+       inbox.receive('s-a2', 'step.x', '{}', aggregate_id => 'A'),
+       inbox.receive('s-b1', 'step.x', '{}', aggregate_id => 'B'),
+       inbox.receive('s-n1', 'order.x', '{}', aggregate_id => 'A'),
+       inbox.receive('s-n2', 'order.x', '{}', aggregate_id => 'A');
+SELECT array_agg(id ORDER BY id) AS leased FROM inbox._lease(10, '1 hour');
+SELECT array_agg(id ORDER BY id) AS leased_again FROM inbox._lease(10, '1 hour');
+-- unordered handlers (order.*) were not held back by aggregate A; s-a1
+-- is leased or waiting for its retry, so s-a2 still waits
+SELECT array_agg(id ORDER BY id) AS while_a1_retries FROM inbox._lease(10, '1 hour');
+UPDATE inbox.messages SET status = 'dead' WHERE id = 's-a1';
+SELECT array_agg(id ORDER BY id) AS after_a1_dead FROM inbox._lease(10, '1 hour');
+SELECT id, attempts FROM inbox.messages ORDER BY seq;
+SELECT inbox.unregister_handler('step.*');
+
 -- privileges: EXECUTE on receive() is the whole grant
 CREATE ROLE regress_inbox_app;
 CREATE ROLE regress_inbox_nobody;
