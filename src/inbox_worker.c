@@ -271,6 +271,7 @@ inbox_call_handler(InboxMessage *msg)
 {
 	HeapTuple	proctup;
 	Form_pg_proc proc;
+	Oid			messages_type;
 	Oid			owner;
 	Oid			save_userid;
 	int			save_sec_context;
@@ -286,10 +287,10 @@ inbox_call_handler(InboxMessage *msg)
 				 errmsg("handler function with OID %u does not exist", msg->handler),
 				 errhint("Register an existing function with inbox.register_handler().")));
 	proc = (Form_pg_proc) GETSTRUCT(proctup);
+	messages_type = get_rel_type_id(get_relname_relid(INBOX_MESSAGES_TABLE,
+													  get_namespace_oid(INBOX_SCHEMA, false)));
 	if (proc->prokind != PROKIND_FUNCTION || proc->proretset ||
-		proc->pronargs != 1 ||
-		proc->proargtypes.values[0] != get_rel_type_id(get_relname_relid(INBOX_MESSAGES_TABLE,
-																		  get_namespace_oid(INBOX_SCHEMA, false))))
+		proc->pronargs != 1 || proc->proargtypes.values[0] != messages_type)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
 				 errmsg("function %s cannot be an inbox handler",
