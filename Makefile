@@ -27,7 +27,8 @@ OBJS = \
 	src/emit.o \
 	src/inbox.o \
 	src/ordering.o \
-	src/retention.o
+	src/retention.o \
+	src/inbox_worker.o
 
 EXTENSION = outbox_pg
 DATA = $(wildcard sql/outbox_pg--*.sql)
@@ -37,9 +38,11 @@ SHLIB_LINK += $(shell curl-config --libs)
 PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
-REGRESS = setup emit emit_errors routes inbox privileges retry order_retention ops_monitoring
+REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
+	ops_monitoring inbox_messages
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
-ISOLATION = claim_concurrent lease_skip_locked order_lease order_gap
+ISOLATION = claim_concurrent lease_skip_locked order_lease order_gap \
+	inbox_receive_concurrent
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
 TAP_TESTS = 1
 PROVE_TESTS = $(wildcard $(srcdir)/test/t/*.pl)

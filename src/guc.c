@@ -45,6 +45,7 @@ int			outbox_pending_age_warning = 300;
 int			outbox_pending_age_critical = 1800;
 int			outbox_dead_letters_warning = 1;
 int			outbox_dead_letters_critical = 0;
+int			outbox_inbox_retention = 7 * SECS_PER_DAY;
 
 static bool
 guc_check_traceparent(char **newval, void **extra, GucSource source)
@@ -191,6 +192,17 @@ OutboxDefineGucs(void)
 							"-1 keeps them forever. Pending and dead events are never deleted by retention.",
 							&outbox_retention,
 							3600, -1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.inbox_retention",
+							"How long processed inbox messages are kept before the worker deletes them.",
+							"A redelivered message is recognised as a duplicate only while it is kept, so the worker never deletes before outbox.redelivery_window has passed, whatever this says.",
+							&outbox_inbox_retention,
+							7 * SECS_PER_DAY,
+							OUTBOX_MIN_CLAIM_TTL,
+							OUTBOX_MAX_CLAIM_TTL,
 							PGC_SIGHUP,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);

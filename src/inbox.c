@@ -1,7 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * inbox.c
- *		  inbox.claim(): idempotent consumption in the consumer's transaction.
+ *		  inbox.claim() and inbox.receive(): idempotent consumption in the
+ *		  consumer's transaction.
+ *
+ * claim() remembers a message id; receive() stores the whole message in
+ * inbox.messages for the worker to run through its handler (see
+ * inbox_worker.c).  Both insert one row keyed by the message id the same
+ * way, described here for claims.
  *
  * A claim is one row in inbox.claims keyed by (consumer, message_id),
  * inserted with ON CONFLICT DO NOTHING in the caller's transaction:
@@ -24,13 +30,17 @@
  * transaction's snapshot cannot see is a serialization failure, as with
  * ON CONFLICT DO NOTHING.
  *
- * Privileges: like outbox.emit(), the function finds its table by OID in
- * the extension's schema, never consults search_path and does not check
- * table privileges; EXECUTE on inbox.claim() is the whole grant.
+ * Privileges: like outbox.emit(), the functions find their tables by OID
+ * in the extension's schema, never consult search_path and do not check
+ * table or sequence privileges; EXECUTE on inbox.claim() or
+ * inbox.receive() is the whole grant.  receive() wakes the relay workers
+ * of the database at commit, as emit() does.
  *
- * Retention: a claim must outlive every possible redelivery of its
- * message, or a late duplicate is processed twice.  Retentions shorter
- * than outbox.redelivery_window are refused.
+ * Retention: a claim (or a processed message) must outlive every possible
+ * redelivery of its message, or a late duplicate is processed twice.
+ * Claim retentions shorter than outbox.redelivery_window are refused; the
+ * worker keeps processed messages at least that long whatever
+ * outbox.inbox_retention says (inbox_worker.c).
  *
  * Copyright (c) 2026, outbox_pg developers
  *
@@ -44,13 +54,18 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/detoast.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_class.h"
+#include "commands/sequence.h"
 #include "executor/executor.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/datetime.h"
@@ -59,6 +74,8 @@
 #include "outbox_pg.h"
 
 PG_FUNCTION_INFO_V1(inbox_claim);
+PG_FUNCTION_INFO_V1(inbox_receive);
+PG_FUNCTION_INFO_V1(inbox_pattern_matches);
 
 /* columns of inbox.claims */
 #define CLAIM_NATTS		4
@@ -90,28 +107,31 @@ claim_check_visible(EState *estate, Relation rel, ItemPointer tid)
 }
 
 /*
- * Insert the claim unless its key exists; true if inserted.
+ * Insert a row into relid (a table of the inbox schema with natts columns)
+ * unless its key exists; true if inserted.  Shared by claim() and
+ * receive().
  */
 static bool
-claim_insert(Datum *values)
+inbox_insert_unless_exists(Oid relid, const char *table, int natts,
+						   Datum *values, bool *nulls)
 {
 	OutboxInsertState st;
 	TupleTableSlot *slot;
-	bool		claimed;
+	bool		inserted;
 
-	OutboxBeginInsert(&st, OutboxGetConfig()->claims_relid, true);
-	if (RelationGetDescr(st.rel)->natts != CLAIM_NATTS)
+	OutboxBeginInsert(&st, relid, true);
+	if (RelationGetDescr(st.rel)->natts != natts)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table \"%s.%s\" does not have the expected columns",
-						INBOX_SCHEMA, INBOX_CLAIMS_TABLE),
+						INBOX_SCHEMA, table),
 				 errhint("The outbox_pg library and its SQL objects do not match; run ALTER EXTENSION outbox_pg UPDATE.")));
 	st.estate->es_snapshot = GetActiveSnapshot();
 	slot = st.slot;
-	for (int i = 0; i < CLAIM_NATTS; i++)
+	for (int i = 0; i < natts; i++)
 	{
 		slot->tts_values[i] = values[i];
-		slot->tts_isnull[i] = false;
+		slot->tts_isnull[i] = nulls[i];
 	}
 	ExecStoreVirtualTuple(slot);
 
@@ -126,7 +146,7 @@ claim_insert(Datum *values)
 		if (!ExecCheckIndexConstraints(st.rri, slot, st.estate, &conflict, NIL))
 		{
 			claim_check_visible(st.estate, st.rel, &conflict);
-			claimed = false;
+			inserted = false;
 			break;
 		}
 
@@ -140,14 +160,14 @@ claim_insert(Datum *values)
 		list_free(recheck);
 		if (!race)
 		{
-			claimed = true;
+			inserted = true;
 			break;
 		}
-		/* a concurrent claim got in between the check and the insert */
+		/* a concurrent inserter got in between the check and the insert */
 	}
 
 	OutboxEndInsert(&st);
-	return claimed;
+	return inserted;
 }
 
 /* Seconds spanned by an interval, months counted as 30 days. */
@@ -181,6 +201,7 @@ inbox_claim(PG_FUNCTION_ARGS)
 	TimestampTz expires_at;
 	double		ttl_secs;
 	Datum		values[CLAIM_NATTS];
+	bool		nulls[CLAIM_NATTS];
 	bool		claimed;
 
 	if (XactReadOnly)
@@ -235,7 +256,149 @@ inbox_claim(PG_FUNCTION_ARGS)
 	values[1] = PG_GETARG_DATUM(0);
 	values[2] = TimestampTzGetDatum(now);
 	values[3] = TimestampTzGetDatum(expires_at);
-	claimed = claim_insert(values);
+	memset(nulls, false, sizeof(nulls));
+	claimed = inbox_insert_unless_exists(OutboxGetConfig()->claims_relid,
+										 INBOX_CLAIMS_TABLE, CLAIM_NATTS,
+										 values, nulls);
 
 	PG_RETURN_BOOL(claimed);
+}
+
+/*
+ * The OID of a relation of the inbox schema, or an error saying the
+ * extension needs its upgrade.  Looked up on every call (two syscache
+ * probes): a cached OID would go stale across DROP/CREATE EXTENSION.
+ */
+static Oid
+inbox_relid(const char *name)
+{
+	Oid			nspid = get_namespace_oid(INBOX_SCHEMA, true);
+	Oid			relid = OidIsValid(nspid) ? get_relname_relid(name, nspid) : InvalidOid;
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("relation \"%s.%s\" does not exist", INBOX_SCHEMA, name),
+				 errhint("Run ALTER EXTENSION outbox_pg UPDATE to install the full inbox.")));
+	return relid;
+}
+
+/* An optional text argument, validated; NULL when absent. */
+static char *
+receive_text_arg(FunctionCallInfo fcinfo, int argno, const char *what,
+				 int maxlen)
+{
+	char	   *value;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	value = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	OutboxCheckIdentifier(what, value, maxlen);
+	return value;
+}
+
+/*
+ * inbox.receive(message_id text, type text, payload jsonb,
+ *				 aggregate_id text, headers jsonb, source text) returns boolean
+ *
+ * Stores the message for the worker unless its id was received before.
+ * The message id is the primary key, so a duplicate delivery — however
+ * late, as long as the processed message is still retained — is answered
+ * false and never processed twice.
+ */
+Datum
+inbox_receive(PG_FUNCTION_ARGS)
+{
+	Datum		values[IM_NATTS];
+	bool		nulls[IM_NATTS];
+	Datum		payload;
+	Size		payload_size;
+	TimestampTz now;
+	bool		received;
+
+	if (XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot receive a message in a read-only transaction")));
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("message id must not be null")));
+	(void) receive_text_arg(fcinfo, 0, "message id", OUTBOX_MAX_ID_LEN);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("message type must not be null")));
+	(void) receive_text_arg(fcinfo, 1, "message type", OUTBOX_MAX_TYPE_LEN);
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("message payload must not be null"),
+				 errhint("Use '{}'::jsonb or 'null'::jsonb for a message without data.")));
+	payload = PG_GETARG_DATUM(2);
+	payload_size = toast_raw_datum_size(payload) - VARHDRSZ;
+	if (payload_size > (Size) outbox_max_payload_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("message payload is too large"),
+				 errdetail("The payload has %zu bytes; outbox.max_payload_size is %d bytes.",
+						   payload_size, outbox_max_payload_size)));
+	(void) receive_text_arg(fcinfo, 3, "aggregate id", OUTBOX_MAX_ID_LEN);
+
+	/*
+	 * Headers are what the broker carried, kept for the handler: any JSON
+	 * object (the outbox's rules for headers it sends do not apply).
+	 */
+	if (!PG_ARGISNULL(4) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(4)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("message headers must be a JSON object")));
+	(void) receive_text_arg(fcinfo, 5, "message source", OUTBOX_MAX_TYPE_LEN);
+
+	now = GetCurrentTransactionStartTimestamp();
+	memset(nulls, true, sizeof(nulls));
+#define SET_COL(col, datum) \
+	do { values[(col) - 1] = (datum); nulls[(col) - 1] = false; } while (0)
+	SET_COL(IM_ID, PG_GETARG_DATUM(0));
+	SET_COL(IM_TYPE, PG_GETARG_DATUM(1));
+	if (!PG_ARGISNULL(3))
+		SET_COL(IM_AGGREGATE_ID, PG_GETARG_DATUM(3));
+	SET_COL(IM_PAYLOAD, payload);
+	if (!PG_ARGISNULL(4))
+		SET_COL(IM_HEADERS, PG_GETARG_DATUM(4));
+	if (!PG_ARGISNULL(5))
+		SET_COL(IM_SOURCE, PG_GETARG_DATUM(5));
+	SET_COL(IM_STATUS, CStringGetTextDatum("pending"));
+	SET_COL(IM_ATTEMPTS, Int32GetDatum(0));
+	SET_COL(IM_NEXT_ATTEMPT_AT, TimestampTzGetDatum(now));
+	SET_COL(IM_RECEIVED_AT, TimestampTzGetDatum(now));
+
+	/*
+	 * The sequence number orders messages of an aggregate.  It is drawn
+	 * before the duplicate check, so a duplicate leaves a gap in it: gaps are
+	 * harmless, only the order matters.
+	 */
+	SET_COL(IM_SEQ, Int64GetDatum(nextval_internal(inbox_relid(INBOX_MESSAGES_SEQ),
+												   false)));
+#undef SET_COL
+
+	received = inbox_insert_unless_exists(inbox_relid(INBOX_MESSAGES_TABLE),
+										  INBOX_MESSAGES_TABLE, IM_NATTS,
+										  values, nulls);
+	if (received)
+		OutboxWakeAtCommit();
+	PG_RETURN_BOOL(received);
+}
+
+/*
+ * inbox._pattern_matches(pattern text, value text) returns boolean — the
+ * routes' glob ('*' matches any text), for handler lookup in SQL.
+ */
+Datum
+inbox_pattern_matches(PG_FUNCTION_ARGS)
+{
+	char	   *pattern = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *value = text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	PG_RETURN_BOOL(OutboxPatternMatches(pattern, value));
 }

@@ -35,6 +35,9 @@
 #define OUTBOX_DESTINATIONS_TABLE "destinations"
 #define OUTBOX_ROUTES_TABLE		"routes"
 #define INBOX_CLAIMS_TABLE		"claims"
+#define INBOX_MESSAGES_TABLE	"messages"
+#define INBOX_MESSAGES_SEQ		"messages_seq"
+#define INBOX_HANDLERS_TABLE	"handlers"
 
 /* Limits on identifiers carried in events and claims. */
 #define OUTBOX_MAX_TYPE_LEN		255
@@ -72,6 +75,28 @@ typedef enum OutboxEventColumn
 
 extern const char *const OutboxEventColumnNames[EV_NATTS + 1];
 
+/*
+ * Columns of inbox.messages, in table order (inbox.receive() fills them
+ * positionally; columns are only ever appended).
+ */
+typedef enum InboxMessageColumn
+{
+	IM_ID = 1,
+	IM_TYPE,
+	IM_AGGREGATE_ID,
+	IM_PAYLOAD,
+	IM_HEADERS,
+	IM_SOURCE,
+	IM_STATUS,
+	IM_ATTEMPTS,
+	IM_NEXT_ATTEMPT_AT,
+	IM_RECEIVED_AT,
+	IM_PROCESSED_AT,
+	IM_LAST_ERROR,
+	IM_SEQ,
+	IM_NATTS = IM_SEQ
+} InboxMessageColumn;
+
 /* Most relay workers in one cluster (all databases together). */
 #define OUTBOX_MAX_RELAYS		64
 #define OUTBOX_ERROR_LEN		256
@@ -96,6 +121,7 @@ extern int	outbox_pending_age_warning;
 extern int	outbox_pending_age_critical;
 extern int	outbox_dead_letters_warning;
 extern int	outbox_dead_letters_critical;
+extern int	outbox_inbox_retention;
 
 extern void OutboxDefineGucs(void);
 
@@ -170,6 +196,9 @@ extern PGDLLEXPORT void OutboxLauncherMain(Datum main_arg);
 
 /* relay.c */
 extern PGDLLEXPORT void OutboxRelayMain(Datum main_arg);
+
+/* inbox_worker.c */
+extern bool InboxWorkerCycle(bool run_retention, long *wait_ms);
 
 /* http.c */
 typedef struct HttpRequest

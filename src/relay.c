@@ -708,6 +708,8 @@ OutboxRelayMain(Datum main_arg)
 {
 	int			slot_index = DatumGetInt32(main_arg);
 	volatile bool need_lease = true;
+	volatile bool need_inbox = true;	/* inbox work (inbox_worker.c) */
+	volatile long inbox_wait_ms = 0;
 	volatile TimestampTz last_poll = 0;
 	volatile TimestampTz last_route = 0;
 	TimestampTz first_done_at = 0;
@@ -793,7 +795,7 @@ OutboxRelayMain(Datum main_arg)
 
 		now = GetCurrentTimestamp();
 		if (TimestampDifferenceExceeds(last_poll, now, outbox_poll_interval))
-			need_lease = true;
+			need_lease = need_inbox = true;
 
 		PG_TRY();
 		{
@@ -919,6 +921,11 @@ OutboxRelayMain(Datum main_arg)
 		PG_END_TRY();
 		MemoryContextReset(cycle_context);
 
+		/* inbox: one bounded batch of received messages, and retention */
+		if (need_inbox)
+			need_inbox = InboxWorkerCycle(my_slot->worker_number == 0,
+										  (long *) &inbox_wait_ms);
+
 		/* send and wait */
 		if (total_in_flight == 0)
 			relay_set_state(RELAY_IDLE, "waiting for events");
@@ -938,10 +945,12 @@ OutboxRelayMain(Datum main_arg)
 			if (total_in_flight > 0)
 				wait_ms = Min(wait_ms, 100);
 		}
+		if (need_inbox)
+			wait_ms = Min(wait_ms, inbox_wait_ms);
 		MemoryContextSwitchTo(cycle_context);
 		done = HttpClientWait(http, wait_ms, &woken);
 		if (woken)
-			need_lease = true;
+			need_lease = need_inbox = true;
 		MemoryContextSwitchTo(events_context);
 		if (done != NULL && pending_done == NIL)
 			first_done_at = GetCurrentTimestamp();

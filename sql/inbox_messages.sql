@@ -1,0 +1,146 @@
+--
+-- inbox_messages: receive() stores a message once, in the caller's
+-- transaction; handlers are registered with checks; privileges
+--
+SELECT inbox.receive('im-1', 'order.paid', '{"amount": 10}') AS first;
+SELECT inbox.receive('im-1', 'order.paid', '{"amount": 10}') AS duplicate;
+SELECT inbox.receive('im-1', 'other.type', '{}') AS duplicate_other_content;
+SELECT inbox.receive('im-2', 'order.paid', '{"amount": 5}', aggregate_id => 'o-1',
+                     headers => '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}',
+                     source => 'sqs:orders') AS with_options;
+
+-- a rolled-back receive is no receive
+BEGIN;
+SELECT inbox.receive('im-3', 'order.paid', '{}') AS received;
+ROLLBACK;
+SELECT inbox.receive('im-3', 'order.paid', '{}') AS after_rollback;
+
+-- inside a subtransaction, too
+BEGIN;
+SAVEPOINT s;
+SELECT inbox.receive('im-4', 'order.paid', '{}') AS received;
+ROLLBACK TO SAVEPOINT s;
+SELECT inbox.receive('im-4', 'order.paid', '{}') AS received_again;
+COMMIT;
+
+SELECT id, type, aggregate_id, payload, headers IS NOT NULL AS has_headers, source,
+       status, attempts, processed_at IS NULL AS unprocessed, last_error,
+       received_at = next_attempt_at AS due_at_once
+  FROM inbox.messages ORDER BY seq;
+-- received order
+SELECT array_agg(id ORDER BY seq) AS received_order FROM inbox.messages;
+
+-- bad input
+SELECT try($$SELECT inbox.receive(NULL, 't', '{}')$$);
+SELECT try($$SELECT inbox.receive('', 't', '{}')$$);
+SELECT try($$SELECT inbox.receive(repeat('m', 1025), 't', '{}')$$);
+SELECT try($$SELECT inbox.receive(E'm\n1', 't', '{}')$$);
+SELECT try($$SELECT inbox.receive('im-9', NULL, '{}')$$);
+SELECT try($$SELECT inbox.receive('im-9', '', '{}')$$);
+SELECT try($$SELECT inbox.receive('im-9', repeat('t', 256), '{}')$$);
+SELECT try($$SELECT inbox.receive('im-9', 't', NULL)$$);
+SELECT try($$SELECT inbox.receive('im-9', 't', '{}', aggregate_id => '')$$);
+SELECT try($$SELECT inbox.receive('im-9', 't', '{}', headers => '[1]')$$);
+SELECT try($$SELECT inbox.receive('im-9', 't', '{}', source => '')$$);
+SET outbox.max_payload_size = 1024;
+SELECT try($$SELECT inbox.receive('im-9', 't', jsonb_build_object('x', repeat('y', 2000)))$$);
+RESET outbox.max_payload_size;
+BEGIN READ ONLY;
+SELECT try($$SELECT inbox.receive('im-9', 't', '{}')$$);
+ROLLBACK;
+SELECT count(*) AS none_stored FROM inbox.messages WHERE id = 'im-9';
+
+-- handlers: one argument of type inbox.messages
+CREATE FUNCTION handle_paid(m inbox.messages) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+CREATE FUNCTION handle_wrong(payload jsonb) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+CREATE FUNCTION handle_set(m inbox.messages) RETURNS SETOF int LANGUAGE sql AS $$ SELECT 1 $$;
+CREATE PROCEDURE handle_proc(m inbox.messages) LANGUAGE sql AS $$ SELECT $$;
+SELECT inbox.register_handler('order.*', 'handle_paid(inbox.messages)');
+SELECT inbox.register_handler('order.paid', 'handle_paid(inbox.messages)', max_attempts => 3,
+                              backoff_base_ms => 100, backoff_max_ms => 1000, ordered => true);
+SELECT pattern, function, priority, max_attempts, backoff_base_ms, backoff_max_ms, ordered
+  FROM inbox.handlers ORDER BY pattern;
+-- the most specific pattern wins; NULL when nothing matches
+SELECT (inbox.handler_for('order.paid')).pattern AS paid,
+       (inbox.handler_for('order.shipped')).pattern AS shipped,
+       (inbox.handler_for('user.created')).pattern IS NULL AS unmatched;
+-- registering again replaces
+SELECT inbox.register_handler('order.*', 'handle_paid(inbox.messages)', priority => 5);
+SELECT (inbox.handler_for('order.paid')).pattern AS paid_by_priority;
+SELECT try($$SELECT inbox.register_handler('x', 'handle_wrong(jsonb)')$$);
+SELECT try($$SELECT inbox.register_handler('x', 'handle_set(inbox.messages)')$$);
+SELECT try($$SELECT inbox.register_handler('x', 'handle_proc(inbox.messages)')$$);
+SELECT try($$SELECT inbox.register_handler('x', 'no_such(inbox.messages)')$$);
+SELECT try($$SELECT inbox.register_handler('', 'handle_paid(inbox.messages)')$$);
+SELECT try($$SELECT inbox.register_handler('x', 'handle_paid(inbox.messages)', max_attempts => 0)$$);
+SELECT try($$SELECT inbox.register_handler('x', 'handle_paid(inbox.messages)', backoff_base_ms => 5)$$);
+SELECT try($$SELECT inbox.register_handler('x', 'handle_paid(inbox.messages)', backoff_base_ms => 500, backoff_max_ms => 100)$$);
+SELECT try($$SELECT inbox.register_handler('x', NULL)$$);
+-- direct writes get the same signature check
+SELECT try($$INSERT INTO inbox.handlers (pattern, function) VALUES ('y', 'handle_wrong(jsonb)')$$);
+SELECT try($$UPDATE inbox.handlers SET function = 'handle_wrong(jsonb)'$$);
+SELECT try($$SELECT inbox.unregister_handler('nope')$$);
+SELECT inbox.unregister_handler('order.paid');
+SELECT pattern FROM inbox.handlers ORDER BY 1;
+
+-- dead letters: redrive and purge only dead messages, 42704 for unknown ids
+UPDATE inbox.messages SET status = 'dead', attempts = 3, last_error = 'boom' WHERE id IN ('im-3', 'im-4');
+SELECT inbox.redrive('im-3');
+SELECT id, status, attempts FROM inbox.messages WHERE id = 'im-3';
+SELECT inbox.purge('im-4');
+SELECT count(*) AS purged FROM inbox.messages WHERE id = 'im-4';
+SELECT try($$SELECT inbox.redrive('im-404')$$);
+SELECT try($$SELECT inbox.purge('im-404')$$);
+SELECT try($$SELECT inbox.redrive('im-1')$$);
+SELECT try($$SELECT inbox.purge('im-1')$$);
+-- a purged id can be received again: it is gone
+SELECT inbox.receive('im-4', 'order.paid', '{}') AS received_after_purge;
+
+SELECT type, pending, processed, dead FROM inbox.message_stats ORDER BY type;
+
+-- the worker's lease (no relay runs here): due pending messages in received
+-- order; for an ordered handler, not while an earlier message of the same
+-- aggregate is pending (leased or waiting for a retry); dead ones do not
+-- hold their aggregate back
+DELETE FROM inbox.messages;
+SELECT inbox.register_handler('step.*', 'handle_paid(inbox.messages)', ordered => true);
+SELECT inbox.receive('s-a1', 'step.x', '{}', aggregate_id => 'A'),
+       inbox.receive('s-a2', 'step.x', '{}', aggregate_id => 'A'),
+       inbox.receive('s-b1', 'step.x', '{}', aggregate_id => 'B'),
+       inbox.receive('s-n1', 'order.x', '{}', aggregate_id => 'A'),
+       inbox.receive('s-n2', 'order.x', '{}', aggregate_id => 'A');
+SELECT array_agg(id ORDER BY id) AS leased FROM inbox._lease(10, '1 hour');
+SELECT array_agg(id ORDER BY id) AS leased_again FROM inbox._lease(10, '1 hour');
+-- unordered handlers (order.*) were not held back by aggregate A; s-a1
+-- is leased or waiting for its retry, so s-a2 still waits
+SELECT array_agg(id ORDER BY id) AS while_a1_retries FROM inbox._lease(10, '1 hour');
+UPDATE inbox.messages SET status = 'dead' WHERE id = 's-a1';
+SELECT array_agg(id ORDER BY id) AS after_a1_dead FROM inbox._lease(10, '1 hour');
+SELECT id, attempts FROM inbox.messages ORDER BY seq;
+SELECT inbox.unregister_handler('step.*');
+
+-- privileges: EXECUTE on receive() is the whole grant
+CREATE ROLE regress_inbox_app;
+CREATE ROLE regress_inbox_nobody;
+GRANT USAGE ON SCHEMA inbox TO regress_inbox_app, regress_inbox_nobody;
+GRANT EXECUTE ON FUNCTION inbox.receive(text, text, jsonb, text, jsonb, text) TO regress_inbox_app;
+SET ROLE regress_inbox_app;
+SELECT inbox.receive('priv-im-1', 'order.paid', '{}') AS app_can_receive;
+SELECT inbox.receive('priv-im-1', 'order.paid', '{}') AS app_dedupes;
+SELECT try($$SELECT * FROM inbox.messages$$);
+SELECT try($$UPDATE inbox.messages SET status = 'processed'$$);
+SELECT try($$INSERT INTO inbox.handlers (pattern, function) VALUES ('evil', 'handle_paid(inbox.messages)')$$);
+SELECT try($$SELECT inbox.register_handler('evil', 'handle_paid(inbox.messages)')$$);
+SELECT try($$SELECT inbox.redrive('im-1')$$);
+SELECT try($$SELECT * FROM inbox._lease(10, '1 minute')$$);
+RESET ROLE;
+SET ROLE regress_inbox_nobody;
+SELECT try($$SELECT inbox.receive('priv-im-2', 'order.paid', '{}')$$);
+RESET ROLE;
+SELECT id FROM inbox.messages WHERE id LIKE 'priv-%' ORDER BY 1;
+REVOKE ALL ON SCHEMA inbox FROM regress_inbox_app, regress_inbox_nobody;
+REVOKE ALL ON FUNCTION inbox.receive(text, text, jsonb, text, jsonb, text) FROM regress_inbox_app;
+DROP ROLE regress_inbox_app;
+DROP ROLE regress_inbox_nobody;
+DELETE FROM inbox.handlers;
+DELETE FROM inbox.messages;

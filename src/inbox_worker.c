@@ -1,0 +1,637 @@
+/*-------------------------------------------------------------------------
+ *
+ * inbox_worker.c
+ *		  Run received inbox messages through their handlers; expire what
+ *		  the inbox no longer needs.
+ *
+ * The relay workers call InboxWorkerCycle() from their main loop when
+ * woken (inbox.receive() wakes them at commit) and at every poll.  Every
+ * worker of a database processes messages (they share the work with
+ * FOR UPDATE SKIP LOCKED); worker 0 also runs retention.  One cycle
+ * handles at most INBOX_BATCH messages, so the inbox never starves outbox
+ * delivery in the same worker, and the outbox never starves the inbox:
+ * the relay loop calls both in turn.
+ *
+ * The wake-up is shared with the outbox (emit() and receive() set the same
+ * latch), so a busy outbox would make the inbox look for work at every
+ * commit.  After a lease that found nothing, the next look waits until
+ * INBOX_IDLE_RECHECK_MS have passed: at most 50 empty leases a second,
+ * for at most that much added latency after an idle spell.
+ *
+ * Protocol for one batch (at-least-once into the handler, exactly-once in
+ * effect because the handler's writes and the processed mark commit
+ * together):
+ *
+ *	1. Lease, in a short transaction: inbox._lease() picks due pending
+ *	   messages in received order with FOR UPDATE SKIP LOCKED, counts the
+ *	   attempt and pushes next_attempt_at out by outbox.lease_margin, then
+ *	   commits.  Counting the attempt before the handler runs means a
+ *	   message whose handler kills the worker process still runs out of
+ *	   attempts instead of crash-looping the server.
+ *	2. Process, in one transaction: lock the leased rows again (FOR UPDATE
+ *	   SKIP LOCKED, and only if their attempt count is still the leased
+ *	   one, so a lease that ran out and was taken by another worker is left
+ *	   to that worker).  Each message runs through its handler inside an
+ *	   internal subtransaction: a failing handler rolls back only its own
+ *	   writes; the message then gets its error and its next attempt time
+ *	   (OutboxBackoffDelayMs, the outbox's schedule), or is dead-lettered
+ *	   once it has used the handler's max_attempts.  Messages whose handler
+ *	   succeeded are marked processed, and everything commits at once.  The
+ *	   row locks, held to the end, keep other workers off even if a slow
+ *	   handler outlives the lease.
+ *
+ * Handler contract: a function (not a procedure, not set-returning) with
+ * exactly one argument of type inbox.messages; its result is ignored, an
+ * ERROR is a failure.  It is called through fmgr, as its owner
+ * (SetUserIdAndSecContext with SECURITY_LOCAL_USERID_CHANGE and
+ * SECURITY_RESTRICTED_OPERATION, like maintenance commands run index
+ * functions), so registering a function — a privileged act, since
+ * inbox.handlers is granted to nobody — never lends the worker's superuser
+ * rights to the function's author.  Settings the handler changes are
+ * undone after it (a GUC nest level), and the worker's search_path is
+ * pg_catalog: handlers qualify their names or carry SET search_path.  The
+ * signature is checked again before every call, so a row written directly
+ * into inbox.handlers cannot make the worker pass a wrong argument type.
+ *
+ * Ordering: for a message whose handler is ordered, inbox._lease() skips it
+ * while an earlier message (lower seq) of the same aggregate is pending,
+ * which includes one waiting for its retry; dead letters do not block.
+ *
+ * Retention (worker 0, at most once a second unless behind): processed
+ * messages older than outbox.inbox_retention and expired claims are
+ * deleted, INBOX_RETENTION_BATCH rows per table per run.  Pending and dead
+ * messages are never deleted here.  A processed message is the duplicate
+ * detector for its id, so the effective retention is never shorter than
+ * outbox.redelivery_window; a shorter setting is overridden, and said so
+ * in the server log at LOG level (which, unlike WARNING, passes the
+ * default log_min_messages and TAP's log_min_messages = log alike).
+ *
+ * Each step takes its table locks with RVR_SKIP_LOCKED first and skips the
+ * cycle when they are not free (DROP or ALTER EXTENSION in progress) or
+ * the tables do not exist (extension not updated to 0.2.0).  Errors are
+ * caught here, logged (the same one at most once a minute) and end the
+ * cycle; they never reach the relay's own error handling.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/inbox_worker.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "pgstat.h"
+#include "storage/lmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "outbox_pg.h"
+
+#define INBOX_BATCH					100
+#define INBOX_RETENTION_BATCH		1000
+#define INBOX_RETENTION_INTERVAL_MS	1000
+#define INBOX_ERROR_LEN				1000
+#define INBOX_IDLE_RECHECK_MS		20
+
+/* for a message no handler matches (inbox.handlers' column defaults) */
+#define INBOX_DEFAULT_MAX_ATTEMPTS	10
+#define INBOX_DEFAULT_BACKOFF_BASE	1000
+#define INBOX_DEFAULT_BACKOFF_MAX	600000
+
+/* One message of the batch being processed, in cycle memory. */
+typedef struct InboxMessage
+{
+	char	   *id;
+	Datum		row;			/* the inbox.messages row, for the handler */
+	Oid			handler;		/* InvalidOid: no handler matches */
+	int			attempts;
+	int			max_attempts;
+	int			backoff_base_ms;
+	int			backoff_max_ms;
+	char	   *type;
+} InboxMessage;
+
+/* The tables a cycle touches, in the order it locks them. */
+static const struct
+{
+	const char *name;
+	LOCKMODE	lockmode;
+}			inbox_tables[] =
+{
+	{INBOX_MESSAGES_TABLE, RowExclusiveLock},
+	{INBOX_HANDLERS_TABLE, AccessShareLock},
+	{INBOX_CLAIMS_TABLE, RowExclusiveLock},
+};
+
+static MemoryContext inbox_context = NULL;
+static pg_prng_state inbox_prng;
+static TimestampTz last_retention_at = 0;
+static TimestampTz last_empty_at = 0;	/* last lease that found nothing */
+static bool retention_behind = false;
+static int	warned_retention = -1;
+static char last_logged_error[OUTBOX_ERROR_LEN];
+static TimestampTz last_logged_at = 0;
+
+static SPIPlanPtr lease_plan = NULL;
+static SPIPlanPtr fetch_plan = NULL;
+static SPIPlanPtr processed_plan = NULL;
+static SPIPlanPtr failed_plan = NULL;
+static SPIPlanPtr expire_messages_plan = NULL;
+static SPIPlanPtr expire_claims_plan = NULL;
+
+static void
+inbox_prepare_plans(void)
+{
+	Oid			lease_types[2] = {INT4OID, INTERVALOID};
+	Oid			fetch_types[2] = {TEXTARRAYOID, INT4ARRAYOID};
+	Oid			processed_types[1] = {TEXTARRAYOID};
+	Oid			failed_types[4] = {TEXTOID, BOOLOID, TIMESTAMPTZOID, TEXTOID};
+	Oid			expire_messages_types[2] = {INTERVALOID, INT4OID};
+	Oid			expire_claims_types[1] = {INT4OID};
+
+	OutboxKeepPlan(&lease_plan,
+				   "SELECT l.id, l.attempts FROM inbox._lease($1, $2) AS l",
+				   2, lease_types);
+	OutboxKeepPlan(&fetch_plan,
+				   "SELECT m, m.id, m.type, m.attempts, h.function::pg_catalog.oid,"
+				   " h.max_attempts, h.backoff_base_ms, h.backoff_max_ms"
+				   "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS l(id, attempts)"
+				   "  JOIN inbox.messages AS m"
+				   "    ON m.id OPERATOR(pg_catalog.=) l.id"
+				   "   AND m.attempts OPERATOR(pg_catalog.=) l.attempts"
+				   "  LEFT JOIN LATERAL inbox.handler_for(m.type) AS h ON true"
+				   " WHERE m.status OPERATOR(pg_catalog.=) 'pending'"
+				   " ORDER BY m.seq"
+				   "   FOR UPDATE OF m SKIP LOCKED",
+				   2, fetch_types);
+	OutboxKeepPlan(&processed_plan,
+				   "UPDATE inbox.messages AS m"
+				   "   SET status = 'processed', processed_at = pg_catalog.now(),"
+				   "       last_error = NULL"
+				   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($1)"
+				   "   AND m.status OPERATOR(pg_catalog.=) 'pending'",
+				   1, processed_types);
+	OutboxKeepPlan(&failed_plan,
+				   "UPDATE inbox.messages AS m"
+				   "   SET status = CASE WHEN $2 THEN 'dead' ELSE 'pending' END,"
+				   "       next_attempt_at = $3, last_error = $4"
+				   " WHERE m.id OPERATOR(pg_catalog.=) $1"
+				   "   AND m.status OPERATOR(pg_catalog.=) 'pending'",
+				   4, failed_types);
+	OutboxKeepPlan(&expire_messages_plan,
+				   "DELETE FROM inbox.messages AS m"
+				   " WHERE m.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+				   "        SELECT o.id FROM inbox.messages AS o"
+				   "         WHERE o.status OPERATOR(pg_catalog.=) 'processed'"
+				   "           AND o.processed_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $1)"
+				   "         ORDER BY o.processed_at"
+				   "         LIMIT $2"
+				   "           FOR UPDATE SKIP LOCKED))"
+				   "   AND m.status OPERATOR(pg_catalog.=) 'processed'",
+				   2, expire_messages_types);
+	OutboxKeepPlan(&expire_claims_plan,
+				   "DELETE FROM inbox.claims AS c"
+				   " WHERE c.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+				   "        SELECT x.ctid FROM inbox.claims AS x"
+				   "         WHERE x.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()"
+				   "         ORDER BY x.expires_at"
+				   "         LIMIT $1"
+				   "           FOR UPDATE SKIP LOCKED))"
+				   "   AND c.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()",
+				   1, expire_claims_types);
+}
+
+/*
+ * Start a transaction; false (transaction still open) when the cycle must
+ * be skipped: extension or inbox tables missing, or a table locked by DROP
+ * or ALTER EXTENSION.
+ */
+static bool
+inbox_begin(void)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	MemoryContextSwitchTo(inbox_context);
+
+	if (!OidIsValid(get_extension_oid("outbox_pg", true)))
+		return false;
+	for (int i = 0; i < lengthof(inbox_tables); i++)
+	{
+		RangeVar   *rv = makeRangeVar(INBOX_SCHEMA, (char *) inbox_tables[i].name, -1);
+
+		if (!OidIsValid(RangeVarGetRelidExtended(rv, inbox_tables[i].lockmode,
+												 RVR_MISSING_OK | RVR_SKIP_LOCKED,
+												 NULL, NULL)))
+			return false;
+	}
+	inbox_prepare_plans();
+	MemoryContextSwitchTo(inbox_context);
+	return true;
+}
+
+static void
+inbox_commit(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(inbox_context);
+}
+
+/*
+ * Call the handler of one message as the function's owner.  Raises an
+ * ERROR on any failure, the handler's own included.
+ */
+static void
+inbox_call_handler(InboxMessage *msg)
+{
+	HeapTuple	proctup;
+	Form_pg_proc proc;
+	Oid			messages_type;
+	Oid			owner;
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+	FmgrInfo	flinfo;
+
+	LOCAL_FCINFO(fcinfo, 1);
+
+	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(msg->handler));
+	if (!HeapTupleIsValid(proctup))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("handler function with OID %u does not exist", msg->handler),
+				 errhint("Register an existing function with inbox.register_handler().")));
+	proc = (Form_pg_proc) GETSTRUCT(proctup);
+	messages_type = get_rel_type_id(get_relname_relid(INBOX_MESSAGES_TABLE,
+													  get_namespace_oid(INBOX_SCHEMA, false)));
+	if (proc->prokind != PROKIND_FUNCTION || proc->proretset ||
+		proc->pronargs != 1 || proc->proargtypes.values[0] != messages_type)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
+				 errmsg("function %s cannot be an inbox handler",
+						format_procedure(msg->handler)),
+				 errdetail("A handler is a function with exactly one argument of type inbox.messages.")));
+	owner = proc->proowner;
+	ReleaseSysCache(proctup);
+
+	fmgr_info(msg->handler, &flinfo);
+	InitFunctionCallInfoData(*fcinfo, &flinfo, 1, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = msg->row;
+	fcinfo->args[0].isnull = false;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(owner, save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	save_nestlevel = NewGUCNestLevel();
+
+	(void) FunctionCallInvoke(fcinfo);
+
+	/* on error, the subtransaction's abort restores both */
+	AtEOXact_GUC(false, save_nestlevel);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+}
+
+/*
+ * Run one message through its handler in a subtransaction.  Returns NULL
+ * on success, else the error text (the subtransaction rolled back).
+ */
+static char *
+inbox_run_message(InboxMessage *msg, MemoryContext msgcxt)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	char	   *volatile error = NULL;
+
+	if (!OidIsValid(msg->handler))
+		return psprintf("no inbox handler matches message type \"%s\"", msg->type);
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(msgcxt);
+	PG_TRY();
+	{
+		inbox_call_handler(msg);
+		/* the processed mark must see the handler's writes */
+		CommandCounterIncrement();
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+
+		error = psprintf("%s: %.*s", unpack_sql_state(edata->sqlerrcode),
+						 INBOX_ERROR_LEN, edata->message);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	MemoryContextReset(msgcxt);
+	return error;
+}
+
+/*
+ * Record a failed message: its next attempt, or the dead letters.
+ */
+static void
+inbox_record_failure(InboxMessage *msg, const char *error)
+{
+	bool		dead = msg->attempts >= msg->max_attempts;
+	int64		delay = 0;
+	Datum		args[4];
+
+	if (!dead)
+		delay = OutboxBackoffDelayMs(msg->attempts, msg->backoff_base_ms,
+									 msg->backoff_max_ms,
+									 pg_prng_double(&inbox_prng));
+	args[0] = CStringGetTextDatum(msg->id);
+	args[1] = BoolGetDatum(dead);
+	args[2] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															  delay));
+	args[3] = CStringGetTextDatum(error);
+	if (SPI_execute_plan(failed_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record an inbox handler failure");
+	if (dead)
+		ereport(LOG,
+				(errmsg("outbox_pg inbox message \"%s\" is dead after %d attempts: %s",
+						msg->id, msg->attempts, error),
+				 errhint("Fix the handler, then call inbox.redrive() or inbox.purge().")));
+}
+
+/*
+ * Lease and process one batch.  Returns true when the batch was full
+ * (more may be due).
+ */
+static bool
+inbox_process(int *nleased_out)
+{
+	Datum		args[2];
+	Interval   *lease;
+	Datum	   *ids;
+	Datum	   *attempts;
+	int			nleased;
+	int			nmsgs;
+	InboxMessage *msgs;
+	Datum	   *done;
+	int			ndone = 0;
+	MemoryContext msgcxt;
+
+	/* 1. lease */
+	if (!inbox_begin())
+	{
+		inbox_commit();
+		return false;
+	}
+	lease = palloc0(sizeof(Interval));
+	lease->time = (int64) outbox_lease_margin * 1000;
+	args[0] = Int32GetDatum(INBOX_BATCH);
+	args[1] = IntervalPGetDatum(lease);
+	if (SPI_execute_plan(lease_plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not lease inbox messages");
+	nleased = (int) SPI_processed;
+	MemoryContextSwitchTo(inbox_context);
+	ids = palloc(Max(nleased, 1) * sizeof(Datum));
+	attempts = palloc(Max(nleased, 1) * sizeof(Datum));
+	for (int i = 0; i < nleased; i++)
+	{
+		bool		isnull;
+		HeapTuple	tup = SPI_tuptable->vals[i];
+
+		ids[i] = datumCopy(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull),
+						   false, -1);
+		attempts[i] = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
+	}
+	inbox_commit();
+	*nleased_out = nleased;
+	if (nleased == 0)
+		return false;
+
+	/* 2. process */
+	pgstat_report_activity(STATE_RUNNING, "processing inbox messages");
+	if (!inbox_begin())
+	{
+		/* being dropped: the leases run out by themselves */
+		inbox_commit();
+		return false;
+	}
+	args[0] = PointerGetDatum(construct_array(ids, nleased, TEXTOID, -1, false,
+											  TYPALIGN_INT));
+	args[1] = PointerGetDatum(construct_array(attempts, nleased, INT4OID, 4, true,
+											  TYPALIGN_INT));
+	if (SPI_execute_plan(fetch_plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read leased inbox messages");
+	nmsgs = (int) SPI_processed;
+	MemoryContextSwitchTo(inbox_context);
+	msgs = palloc0(Max(nmsgs, 1) * sizeof(InboxMessage));
+	for (int i = 0; i < nmsgs; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Datum		d;
+
+		msgs[i].row = datumCopy(SPI_getbinval(tup, desc, 1, &isnull), false, -1);
+		msgs[i].id = TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull));
+		msgs[i].type = TextDatumGetCString(SPI_getbinval(tup, desc, 3, &isnull));
+		msgs[i].attempts = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
+		d = SPI_getbinval(tup, desc, 5, &isnull);
+		msgs[i].handler = isnull ? InvalidOid : DatumGetObjectId(d);
+		msgs[i].max_attempts = INBOX_DEFAULT_MAX_ATTEMPTS;
+		msgs[i].backoff_base_ms = INBOX_DEFAULT_BACKOFF_BASE;
+		msgs[i].backoff_max_ms = INBOX_DEFAULT_BACKOFF_MAX;
+		if (!isnull)
+		{
+			msgs[i].max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+			msgs[i].backoff_base_ms = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+			msgs[i].backoff_max_ms = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+		}
+	}
+	SPI_freetuptable(SPI_tuptable);
+
+	msgcxt = AllocSetContextCreate(inbox_context, "outbox_pg inbox message",
+								   ALLOCSET_DEFAULT_SIZES);
+	done = palloc(Max(nmsgs, 1) * sizeof(Datum));
+	for (int i = 0; i < nmsgs; i++)
+	{
+		char	   *error;
+
+		CHECK_FOR_INTERRUPTS();
+		error = inbox_run_message(&msgs[i], msgcxt);
+		if (error == NULL)
+			done[ndone++] = CStringGetTextDatum(msgs[i].id);
+		else
+			inbox_record_failure(&msgs[i], error);
+		MemoryContextSwitchTo(inbox_context);
+	}
+	if (ndone > 0)
+	{
+		args[0] = PointerGetDatum(construct_array(done, ndone, TEXTOID, -1, false,
+												  TYPALIGN_INT));
+		if (SPI_execute_plan(processed_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "could not mark inbox messages processed");
+	}
+	inbox_commit();
+	return nleased >= INBOX_BATCH;
+}
+
+/*
+ * Delete old processed messages and expired claims, one bounded batch per
+ * table.  Returns true when a batch was full (more to delete).
+ */
+static bool
+inbox_retention(void)
+{
+	int			keep_secs = outbox_inbox_retention;
+	Interval   *keep;
+	Datum		args[2];
+	uint64		nmessages;
+	uint64		nclaims;
+
+	if (keep_secs < outbox_redelivery_window)
+	{
+		/* LOG outranks WARNING in the server log (log_min_messages) */
+		if (warned_retention != outbox_inbox_retention)
+			ereport(LOG,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("outbox.inbox_retention (%d s) is shorter than outbox.redelivery_window (%d s); processed inbox messages are kept for %d s",
+							outbox_inbox_retention, outbox_redelivery_window,
+							outbox_redelivery_window),
+					 errdetail("A processed message is what recognises a redelivery of its id as a duplicate; deleting it earlier would let a late redelivery be processed twice."),
+					 errhint("Raise outbox.inbox_retention, or lower outbox.redelivery_window if no broker can redeliver that late.")));
+		warned_retention = outbox_inbox_retention;
+		keep_secs = outbox_redelivery_window;
+	}
+	else
+		warned_retention = -1;
+
+	if (!inbox_begin())
+	{
+		inbox_commit();
+		return false;
+	}
+	pgstat_report_activity(STATE_RUNNING, "expiring inbox messages and claims");
+	keep = palloc0(sizeof(Interval));
+	keep->time = (int64) keep_secs * USECS_PER_SEC;
+	args[0] = IntervalPGetDatum(keep);
+	args[1] = Int32GetDatum(INBOX_RETENTION_BATCH);
+	if (SPI_execute_plan(expire_messages_plan, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete processed inbox messages");
+	nmessages = SPI_processed;
+	args[0] = Int32GetDatum(INBOX_RETENTION_BATCH);
+	if (SPI_execute_plan(expire_claims_plan, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete expired inbox claims");
+	nclaims = SPI_processed;
+	inbox_commit();
+	if (nmessages > 0 || nclaims > 0)
+		elog(DEBUG1, "outbox_pg inbox retention deleted " UINT64_FORMAT " messages and " UINT64_FORMAT " claims",
+			 nmessages, nclaims);
+	return nmessages >= INBOX_RETENTION_BATCH || nclaims >= INBOX_RETENTION_BATCH;
+}
+
+/*
+ * One inbox cycle of a relay worker: a batch of messages, then (worker 0)
+ * retention when it is due.  Called with no transaction open.  Returns
+ * true when the caller should call again within *wait_ms (0: more work is
+ * waiting), false when there is nothing to do until the next wake-up or
+ * poll.
+ */
+bool
+InboxWorkerCycle(bool run_retention, long *wait_ms)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	volatile bool more = false;
+	TimestampTz now = GetCurrentTimestamp();
+
+	*wait_ms = 0;
+	if (last_empty_at != 0 &&
+		!TimestampDifferenceExceeds(last_empty_at, now, INBOX_IDLE_RECHECK_MS))
+	{
+		*wait_ms = Max(1, INBOX_IDLE_RECHECK_MS -
+					   (long) ((now - last_empty_at) / 1000));
+		return true;
+	}
+
+	if (inbox_context == NULL)
+	{
+		inbox_context = AllocSetContextCreate(TopMemoryContext,
+											  "outbox_pg inbox cycle",
+											  ALLOCSET_DEFAULT_SIZES);
+		pg_prng_seed(&inbox_prng, (uint64) MyProcPid ^ (uint64) GetCurrentTimestamp());
+	}
+
+	PG_TRY();
+	{
+		int			nleased = 0;
+
+		MemoryContextSwitchTo(inbox_context);
+		more = inbox_process(&nleased);
+		now = GetCurrentTimestamp();
+		last_empty_at = (nleased == 0) ? now : 0;
+		if (run_retention &&
+			(retention_behind ||
+			 TimestampDifferenceExceeds(last_retention_at, now,
+										INBOX_RETENTION_INTERVAL_MS)))
+		{
+			last_retention_at = now;
+			retention_behind = inbox_retention();
+			more = more || retention_behind;
+		}
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+		bool		repeated;
+
+		MemoryContextSwitchTo(TopMemoryContext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		now = GetCurrentTimestamp();
+		repeated = (strcmp(last_logged_error, edata->message) == 0 &&
+					!TimestampDifferenceExceeds(last_logged_at, now, 60000));
+		strlcpy(last_logged_error, edata->message, sizeof(last_logged_error));
+		if (!repeated)
+			last_logged_at = now;
+		ereport(repeated ? DEBUG1 : LOG,
+				(errmsg("outbox_pg inbox cycle failed: %s", edata->message),
+				 errhint("Leased inbox messages are processed again when their lease runs out.")));
+		FreeErrorData(edata);
+		more = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(inbox_context);
+	return more;
+}

@@ -1,0 +1,197 @@
+# The full inbox with the real worker: received messages run through their
+# handlers exactly once (handler writes and the processed mark commit
+# together), as the handler function's owner; a failing handler retries
+# with backoff and is dead-lettered without holding up other messages;
+# ordered handlers keep the received order per aggregate; retention removes
+# old processed messages and expired claims and never anything pending or
+# dead; a retention below the redelivery window is overridden loudly.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_outbox_node('inbox', qq{
+outbox.redelivery_window = '2s'
+outbox.inbox_retention = '3s'
+});
+$node->start;
+
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION outbox_pg;
+	CREATE ROLE regress_inbox_owner;
+	CREATE TABLE public.ledger (message_id text PRIMARY KEY, amount int NOT NULL,
+	                            run_as text NOT NULL);
+	ALTER TABLE public.ledger OWNER TO regress_inbox_owner;
+	CREATE TABLE public.seq_log (n bigserial PRIMARY KEY, aggregate_id text, message_id text);
+	ALTER TABLE public.seq_log OWNER TO regress_inbox_owner;
+
+	-- writes its effect, then fails for payloads that say so: the write
+	-- must vanish with the failure
+	CREATE FUNCTION public.apply_payment(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN
+	    INSERT INTO public.ledger VALUES (m.id, (m.payload ->> 'amount')::int, current_user);
+	    IF (m.payload ->> 'fail')::boolean THEN
+	        RAISE EXCEPTION 'payment % refused', m.id;
+	    END IF;
+	END
+	$$;
+	ALTER FUNCTION public.apply_payment(inbox.messages) OWNER TO regress_inbox_owner;
+
+	CREATE FUNCTION public.apply_step(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN
+	    IF m.attempts < coalesce((m.payload ->> 'fail_until')::int, 0) THEN
+	        RAISE EXCEPTION 'not yet';
+	    END IF;
+	    INSERT INTO public.seq_log (aggregate_id, message_id) VALUES (m.aggregate_id, m.id);
+	END
+	$$;
+	ALTER FUNCTION public.apply_step(inbox.messages) OWNER TO regress_inbox_owner;
+
+	SELECT inbox.register_handler('payment.*', 'public.apply_payment(inbox.messages)',
+	                              max_attempts => 3, backoff_base_ms => 400, backoff_max_ms => 800);
+	SELECT inbox.register_handler('step.*', 'public.apply_step(inbox.messages)',
+	                              max_attempts => 5, backoff_base_ms => 300, backoff_max_ms => 300,
+	                              ordered => true);
+});
+
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'outbox_pg relay' AND datname = 'postgres'}),
+	'a relay worker runs for the database');
+
+# --- processing, exactly once, as the function's owner; failures isolated
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT inbox.receive('pay-bad', 'payment.created', '{"amount": 1, "fail": true}');
+	SELECT inbox.receive('pay-' || g, 'payment.created', jsonb_build_object('amount', g))
+	  FROM generate_series(1, 50) g;
+	COMMIT;
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 50 FROM inbox.messages WHERE id LIKE 'pay-%' AND status = 'processed'}),
+	'every good message is processed while the failing one retries');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) || ' ' || count(DISTINCT message_id) || ' ' || sum(amount)
+	  FROM public.ledger WHERE message_id <> 'pay-bad'}),
+	'50 50 1275', 'each handler write happened exactly once');
+is($node->safe_psql('postgres', q{SELECT DISTINCT run_as FROM public.ledger}),
+	'regress_inbox_owner', 'the handler ran as the owner of its function, not as the superuser worker');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM inbox.messages
+	 WHERE id LIKE 'pay-%' AND id <> 'pay-bad'
+	   AND (attempts <> 1 OR processed_at IS NULL OR last_error IS NOT NULL)}),
+	'0', 'processed messages: one attempt, processed_at set, no error');
+
+# the failing one: retried with backoff, then dead
+my $first = $node->safe_psql('postgres', q{
+	SELECT status, attempts, last_error,
+	       next_attempt_at - received_at >= interval '200 ms'
+	  FROM inbox.messages WHERE id = 'pay-bad'});
+like($first, qr/^(pending\|[12]\|P0001: payment pay-bad refused\|t|dead\|3\|.*)$/,
+	'a failure records the error and schedules the retry after the backoff');
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'dead' FROM inbox.messages WHERE id = 'pay-bad'}),
+	'the failing message is dead-lettered');
+is($node->safe_psql('postgres', q{
+	SELECT attempts || ' ' || last_error FROM inbox.messages WHERE id = 'pay-bad'}),
+	'3 P0001: payment pay-bad refused', 'after max_attempts, with the last error');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM public.ledger WHERE message_id = 'pay-bad'}),
+	'0', 'the failed handler\'s writes were rolled back every time');
+is($node->safe_psql('postgres', q{SELECT dead FROM inbox.message_stats WHERE type = 'payment.created'}),
+	'1', 'dead letters are visible in inbox.message_stats');
+
+# a duplicate delivery of a processed message is refused and not run again
+is($node->safe_psql('postgres', q{SELECT inbox.receive('pay-7', 'payment.created', '{"amount": 7}')}),
+	'f', 'a redelivered processed message is a duplicate');
+
+# redrive after fixing the cause: processed once
+$node->safe_psql('postgres', q{
+	CREATE OR REPLACE FUNCTION public.apply_payment(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN
+	    INSERT INTO public.ledger VALUES (m.id, (m.payload ->> 'amount')::int, current_user);
+	END
+	$$;
+	SELECT inbox.redrive('pay-bad');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'processed' FROM inbox.messages WHERE id = 'pay-bad'}),
+	'a redriven dead letter is processed');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM public.ledger WHERE message_id = 'pay-bad'}),
+	'1', 'exactly once');
+
+# --- ordered per aggregate: a1 fails twice; a2, a3 wait for it; b does not
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT inbox.receive('a1', 'step.done', '{"fail_until": 3}', aggregate_id => 'A');
+	SELECT inbox.receive('a2', 'step.done', '{}', aggregate_id => 'A');
+	SELECT inbox.receive('b1', 'step.done', '{}', aggregate_id => 'B');
+	SELECT inbox.receive('a3', 'step.done', '{}', aggregate_id => 'A');
+	SELECT inbox.receive('b2', 'step.done', '{}', aggregate_id => 'B');
+	COMMIT;
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 5 FROM inbox.messages WHERE type = 'step.done' AND status = 'processed'}),
+	'ordered messages are all processed');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(message_id, ',' ORDER BY n) FROM public.seq_log WHERE aggregate_id = 'A'}),
+	'a1,a2,a3', 'aggregate A in received order although its first message was retried');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(message_id, ',' ORDER BY n) FROM public.seq_log WHERE aggregate_id = 'B'}),
+	'b1,b2', 'aggregate B in received order');
+is($node->safe_psql('postgres', q{
+	SELECT (SELECT n FROM public.seq_log WHERE message_id = 'b2')
+	     < (SELECT n FROM public.seq_log WHERE message_id = 'a1')}),
+	't', 'aggregate B was not held up by aggregate A');
+is($node->safe_psql('postgres', q{SELECT attempts FROM inbox.messages WHERE id = 'a1'}),
+	'3', 'the first message of A took three attempts');
+
+# --- a message no handler matches waits, with the reason recorded
+$node->safe_psql('postgres', q{SELECT inbox.receive('orphan-1', 'unknown.type', '{}')});
+ok($node->poll_query_until('postgres', q{
+	SELECT last_error = 'no inbox handler matches message type "unknown.type"' AND status = 'pending'
+	  FROM inbox.messages WHERE id = 'orphan-1'}),
+	'a message without handler stays pending with the reason');
+
+# --- retention: processed messages after outbox.inbox_retention, expired
+# claims; pending and dead messages stay
+$node->safe_psql('postgres', q{
+	SELECT inbox.claim('claim-short', ttl => '2s');
+	SELECT inbox.claim('claim-long', ttl => '1 hour');
+	UPDATE inbox.messages SET status = 'dead' WHERE id = 'a3';
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT NOT EXISTS (SELECT FROM inbox.messages WHERE status = 'processed')
+	   AND NOT EXISTS (SELECT FROM inbox.claims WHERE message_id = 'claim-short')}),
+	'processed messages and expired claims are deleted after their retention');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(id || ':' || status, ',' ORDER BY id) FROM inbox.messages}),
+	'a3:dead,orphan-1:pending', 'pending and dead messages are never deleted');
+is($node->safe_psql('postgres', q{SELECT string_agg(message_id, ',') FROM inbox.claims}),
+	'claim-long', 'unexpired claims stay');
+
+# a processed message is kept for the retention, not deleted at once
+$node->safe_psql('postgres', q{SELECT inbox.receive('keep-1', 'payment.created', '{"amount": 1}')});
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'processed' FROM inbox.messages WHERE id = 'keep-1'}), 'processed');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM inbox.messages WHERE id = 'keep-1'
+	   AND processed_at > now() - interval '3 s'}),
+	'1', 'still there while younger than the retention');
+
+# --- below the safe floor: overridden, loudly
+my $log_offset = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET outbox.inbox_retention = '1s';
+	SELECT pg_reload_conf();
+});
+ok($node->wait_for_log(qr/outbox\.inbox_retention \(1 s\) is shorter than outbox\.redelivery_window \(2 s\); processed inbox messages are kept for 2 s/,
+	$log_offset), 'a retention below the redelivery window is overridden, and logged');
+
+$node->stop;
+done_testing();
