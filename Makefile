@@ -23,7 +23,8 @@ OBJS = \
 	src/validate.o \
 	src/direct.o \
 	src/emit.o \
-	src/inbox.o
+	src/inbox.o \
+	src/upgrade.o
 
 EXTENSION = outbox_pg
 DATA = $(wildcard sql/outbox_pg--*.sql)

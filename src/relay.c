@@ -142,6 +142,8 @@ static pg_prng_state prng;
 static char last_logged_error[OUTBOX_ERROR_LEN];
 static TimestampTz last_logged_at = 0;
 
+static bool relay_outdated = false;	/* extension needs an UPDATE */
+
 static SPIPlanPtr destinations_plan = NULL;
 static SPIPlanPtr route_plan = NULL;
 
@@ -210,9 +212,11 @@ relay_begin(bool *missing)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
-	if (!OidIsValid(get_extension_oid("outbox_pg", true)))
+	/* ha: deliver only with the SQL objects of this library's version */
+	relay_outdated = false;
+	if (!OutboxRelayVersionMatches(my_slot, database_name, missing))
 	{
-		*missing = true;
+		relay_outdated = !*missing;
 		return false;
 	}
 
@@ -891,7 +895,10 @@ OutboxRelayMain(Datum main_arg)
 		MemoryContextReset(cycle_context);
 
 		/* send and wait */
-		if (total_in_flight == 0)
+		if (relay_outdated)
+			relay_set_state(RELAY_OUTDATED,
+							"waiting for ALTER EXTENSION outbox_pg UPDATE");
+		else if (total_in_flight == 0)
 			relay_set_state(RELAY_IDLE, "waiting for events");
 		else
 			relay_set_state(RELAY_WORKING, "sending");
