@@ -58,3 +58,10 @@ check-isolation: submake
 	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
 check-tap:
 	$(prove_installcheck)
+
+# The regression suite and one relay TAP test with every server process
+# under valgrind's memcheck; reports what passes through outbox_pg (see
+# README, "Memory checking").  Slow: not part of test/run.
+.PHONY: valgrind
+valgrind:
+	$(srcdir)/test/valgrind/run $(bindir) $(VALGRIND_TAP_TESTS)
