@@ -12,6 +12,10 @@ import re
 import sys
 
 logdir = sys.argv[1]
+# our frames: the library's name, or (with debug info and --fullpath-after=)
+# one of our source files
+ours_re = re.compile(r"outbox_pg|\bsrc/(%s)\.c:\d+" % "|".join(
+    re.escape(f[:-2]) for f in os.listdir(sys.argv[2]) if f.endswith(".c")))
 ours = []
 others = collections.Counter()
 processes = 0
@@ -38,7 +42,7 @@ for name in sorted(os.listdir(logdir)):
         head = b[0]
         if not re.match(r"(Invalid|Conditional|Use of uninit|Syscall param|Mismatched|Source and destination|Argument|.*definitely lost|Invalid free)", head):
             continue
-        if any("outbox_pg" in l for l in b):
+        if any(ours_re.search(l) for l in b):
             ours.append((name, b))
         else:
             frames = [re.sub(r"^(at|by) 0x[0-9A-F]+: ", "", l.strip()) for l in b[1:4]]
