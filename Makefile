@@ -28,7 +28,8 @@ OBJS = \
 	src/inbox.o \
 	src/ordering.o \
 	src/retention.o \
-	src/inbox_worker.o
+	src/inbox_worker.o \
+	src/upgrade.o
 
 EXTENSION = outbox_pg
 DATA = $(wildcard sql/outbox_pg--*.sql)
@@ -39,7 +40,7 @@ PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
 REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
-	ops_monitoring inbox_messages
+	ops_monitoring inbox_messages ha_columns
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked order_lease order_gap \
 	inbox_receive_concurrent
@@ -64,3 +65,10 @@ check-isolation: submake
 	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
 check-tap:
 	$(prove_installcheck)
+
+# The regression suite and one relay TAP test with every server process
+# under valgrind's memcheck; reports what passes through outbox_pg (see
+# README, "Memory checking").  Slow: not part of test/run.
+.PHONY: valgrind
+valgrind:
+	$(srcdir)/test/valgrind/run $(bindir) $(VALGRIND_TAP_TESTS)

@@ -34,9 +34,11 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_attribute.h"
 #include "commands/trigger.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
@@ -47,6 +49,7 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "outbox_pg.h"
 
@@ -124,6 +127,25 @@ config_relid(Oid nspid, const char *relname)
 				 errmsg("table \"%s.%s\" does not exist", OUTBOX_SCHEMA, relname),
 				 errhint("Run CREATE EXTENSION outbox_pg in this database.")));
 	return relid;
+}
+
+/* Has the table a column, not dropped, at attnum or after it? */
+static bool
+config_has_live_column(Oid relid, AttrNumber attnum)
+{
+	for (;; attnum++)
+	{
+		HeapTuple	tup = SearchSysCache2(ATTNUM, ObjectIdGetDatum(relid),
+										  Int16GetDatum(attnum));
+		bool		dropped;
+
+		if (!HeapTupleIsValid(tup))
+			return false;
+		dropped = ((Form_pg_attribute) GETSTRUCT(tup))->attisdropped;
+		ReleaseSysCache(tup);
+		if (!dropped)
+			return true;
+	}
 }
 
 static AttrNumber
@@ -237,9 +259,23 @@ config_load(void)
 				 errmsg("table \"%s.%s\" does not exist", INBOX_SCHEMA, INBOX_CLAIMS_TABLE),
 				 errhint("Run CREATE EXTENSION outbox_pg in this database.")));
 
+	/*
+	 * The columns must match the EV_* enum by position.  Between a library
+	 * upgrade and ALTER EXTENSION UPDATE the table may lack columns that
+	 * later versions appended; it is then a prefix of the enum, and emit()
+	 * writes only the columns it has (see upgrade.c).  The columns of 0.1.0
+	 * are always there.
+	 */
 	for (int i = 1; i <= EV_NATTS; i++)
 	{
-		if (get_attnum(config.events_relid, OutboxEventColumnNames[i]) != i)
+		AttrNumber	attnum = get_attnum(config.events_relid,
+										OutboxEventColumnNames[i]);
+
+		if (attnum == InvalidAttrNumber && i > EV_LAST_ERROR &&
+			!config_has_live_column(config.events_relid, i))
+			break;
+		config.events_natts = i;
+		if (attnum != i)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("table \"%s.%s\" does not have the expected columns",

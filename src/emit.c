@@ -113,15 +113,19 @@ emit_text_arg(FunctionCallInfo fcinfo, int argno)
  * Insert one tuple through the executor's simple-insert path.
  */
 static void
-emit_insert(Oid relid, Datum *values, bool *nulls)
+emit_insert(Oid relid, int ncols, Datum *values, bool *nulls)
 {
 	OutboxInsertState st;
 	TupleTableSlot *slot;
 
 	OutboxBeginInsert(&st, relid, false);
 	slot = st.slot;
-	/* columns added by a later version than this library stay NULL */
-	for (int i = 0; i < EV_NATTS && i < slot->tts_tupleDescriptor->natts; i++)
+	/*
+	 * Columns added by a later version than this library stay NULL; columns
+	 * this library knows but the table does not have yet (upgrade pending,
+	 * see upgrade.c) are left out.
+	 */
+	for (int i = 0; i < ncols && i < slot->tts_tupleDescriptor->natts; i++)
 	{
 		slot->tts_values[i] = values[i];
 		slot->tts_isnull[i] = nulls[i];
@@ -281,7 +285,7 @@ outbox_emit(PG_FUNCTION_ARGS)
 	SET_COL(EV_CREATED_AT, TimestampTzGetDatum(now));
 #undef SET_COL
 
-	emit_insert(cfg->events_relid, values, nulls);
+	emit_insert(cfg->events_relid, cfg->events_natts, values, nulls);
 	OutboxWakeAtCommit();
 
 	PG_RETURN_UUID_P(id);

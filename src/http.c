@@ -372,6 +372,17 @@ http_collect(HttpClient *client)
 			snprintf(req->error, sizeof(req->error),
 					 "response body larger than outbox.max_response_size (%d bytes)",
 					 outbox_max_response_size);
+		else if (req->curl_code == CURLE_OUT_OF_MEMORY && req->status != 0)
+
+			/*
+			 * libcurl 7.88 reports a response header line longer than its
+			 * limit (CURL_MAX_HTTP_HEADER) as "Out of memory"; after a
+			 * status line that is what happened, and saying so tells the
+			 * operator it is the destination's doing.
+			 */
+			snprintf(req->error, sizeof(req->error),
+					 "response header line longer than libcurl's limit (%d bytes)",
+					 CURL_MAX_HTTP_HEADER);
 		else if (req->curl_code != CURLE_OK && req->error[0] == '\0')
 			strlcpy(req->error, curl_easy_strerror(req->curl_code), sizeof(req->error));
 		curl_multi_remove_handle(client->multi, easy);

@@ -132,6 +132,7 @@ typedef struct OutboxConfig
 	Oid			destinations_relid;
 	Oid			routes_relid;
 	Oid			claims_relid;
+	int			events_natts;	/* EV_* columns present (see upgrade.c) */
 } OutboxConfig;
 
 extern const OutboxConfig *OutboxGetConfig(void);
@@ -150,7 +151,8 @@ typedef enum RelayState
 	RELAY_WORKING,				/* leasing, sending or recording */
 	RELAY_NO_EXTENSION,			/* database has no outbox_pg; exited */
 	RELAY_ERROR,				/* last cycle failed; retrying after a pause */
-	RELAY_STOPPED				/* exited */
+	RELAY_STOPPED,				/* exited */
+	RELAY_OUTDATED				/* extension older than the library */
 } RelayState;
 
 typedef struct RelaySlot
@@ -272,6 +274,10 @@ extern void OutboxDestStatsRelayExit(int slot);
 
 /* ops.c */
 extern void OutboxOpsCheckBacklog(const char *database_name);
+/* upgrade.c */
+extern char *OutboxInstalledVersion(void);
+extern bool OutboxRelayVersionMatches(RelaySlot *slot, const char *dbname,
+									  bool *missing);
 
 /* webhook.c */
 typedef struct WebhookEvent

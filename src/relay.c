@@ -144,6 +144,8 @@ static pg_prng_state prng;
 static char last_logged_error[OUTBOX_ERROR_LEN];
 static TimestampTz last_logged_at = 0;
 
+static bool relay_outdated = false;	/* extension needs an UPDATE */
+
 /* ops: this relay's slot number, for its cells in deststats.c */
 #define MY_SLOT_INDEX ((int) (my_slot - outbox_shared->slots))
 
@@ -216,9 +218,11 @@ relay_begin(bool *missing)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
-	if (!OidIsValid(get_extension_oid("outbox_pg", true)))
+	/* ha: deliver only with the SQL objects of this library's version */
+	relay_outdated = false;
+	if (!OutboxRelayVersionMatches(my_slot, database_name, missing))
 	{
-		*missing = true;
+		relay_outdated = !*missing;
 		return false;
 	}
 
@@ -927,7 +931,10 @@ OutboxRelayMain(Datum main_arg)
 										  (long *) &inbox_wait_ms);
 
 		/* send and wait */
-		if (total_in_flight == 0)
+		if (relay_outdated)
+			relay_set_state(RELAY_OUTDATED,
+							"waiting for ALTER EXTENSION outbox_pg UPDATE");
+		else if (total_in_flight == 0)
 			relay_set_state(RELAY_IDLE, "waiting for events");
 		else
 			relay_set_state(RELAY_WORKING, "sending");

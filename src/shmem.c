@@ -132,6 +132,8 @@ OutboxRelayStateName(RelayState state)
 			return "error";
 		case RELAY_STOPPED:
 			return "stopped";
+		case RELAY_OUTDATED:
+			return "waiting for update";
 	}
 	return "unknown";
 }

@@ -1,0 +1,249 @@
+# Upgrades and pg_dump.
+#
+#  - Rolling upgrade: the current library runs against an extension still at
+#    0.1.0.  emit() keeps working; the relay delivers nothing and says why
+#    (state "waiting for update", last_error, one log line).
+#  - ALTER EXTENSION outbox_pg UPDATE while a session keeps emitting and a
+#    relay of another database delivers to a slow sink: afterwards every
+#    event of both databases reaches the sink (zero lost).
+#  - A fresh install of the default version and an upgraded 0.1.0 install
+#    have identical extension objects (definitions, columns, constraints,
+#    indexes, triggers, ACLs, comments, pg_dump configuration).
+#  - pg_dump of a database with the extension restored into a fresh
+#    database keeps destinations, routes, pending and dead events and
+#    claims, drops published events, and the restored database's relay
+#    delivers the pending events.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+# Emit n events in a database; returns their message ids.
+sub emit_in
+{
+	my ($db, $type, $dest, $n) = @_;
+	our $node;
+	my $ids = $node->safe_psql($db, qq{
+		SELECT string_agg(outbox.emit('$type', g::text, jsonb_build_object('n', g),
+		                              destination => '$dest')::text, ' ')
+		  FROM generate_series(1, $n) g});
+	return split / /, $ids;
+}
+
+my $sink = start_sink();
+my $u = $sink->{url};
+our $node = new_outbox_node('upgrade');
+$node->start;
+my $default_version = $node->safe_psql('postgres',
+	q{SELECT default_version FROM pg_available_extensions WHERE name = 'outbox_pg'});
+note("default version $default_version");
+isnt($default_version, '0.1.0', 'the default version is newer than 0.1.0');
+
+$node->safe_psql('postgres', 'CREATE DATABASE up');
+$node->safe_psql('postgres', 'CREATE DATABASE other');
+$node->safe_psql('up', qq{
+	CREATE EXTENSION outbox_pg VERSION '0.1.0';
+	INSERT INTO outbox.destinations (name, url, timeout_ms, max_concurrency, backoff_base_ms, backoff_max_ms)
+	VALUES ('slow', '$u/delay/20/up', 2000, 16, 50, 500);
+});
+$node->safe_psql('other', qq{
+	CREATE EXTENSION outbox_pg;
+	INSERT INTO outbox.destinations (name, url, timeout_ms, max_concurrency, backoff_base_ms, backoff_max_ms)
+	VALUES ('slow', '$u/delay/50/other', 2000, 4, 50, 500);
+});
+
+# rolling upgrade: new library, old SQL objects
+my @up_before = emit_in('up', 'up.before', 'slow', 300);
+is(scalar(@up_before), 300, 'emit() works while the extension is still at 0.1.0');
+ok($node->poll_query_until('up', q{
+	SELECT count(*) > 0 FROM outbox.workers()
+	 WHERE database = 'up' AND state = 'waiting for update'
+	   AND last_error LIKE 'extension outbox_pg is at version 0.1.0, the library at % run ALTER EXTENSION outbox_pg UPDATE'}),
+	'the relay of the outdated database waits and says why');
+ok($node->log_contains(qr/relay for database "up" is waiting: extension outbox_pg is at version 0.1.0/),
+	'the server log says so');
+sleep 1;
+is($node->safe_psql('up', q{SELECT count(*) FROM outbox.events WHERE status <> 'pending'}),
+	'0', 'nothing is delivered from the outdated database');
+
+# the other database delivers while the upgrade happens
+my @other = emit_in('other', 'other.load', 'slow', 400);
+ok($node->poll_query_until('other', q{SELECT count(*) > 0 FROM outbox.events WHERE status = 'published'}),
+	'the other database delivers meanwhile');
+
+# a session keeps emitting, one event per transaction, during the UPDATE
+my ($emit_out, $emit_err) = ('', '');
+my $emitter = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('up'), '-c', q{
+		DO $$
+		BEGIN
+			FOR i IN 1..600 LOOP
+				PERFORM outbox.emit('up.during', i::text, jsonb_build_object('n', i), destination => 'slow');
+				COMMIT;
+				PERFORM pg_sleep(0.005);
+			END LOOP;
+		END $$;} ],
+	'>', \$emit_out, '2>', \$emit_err);
+ok($node->poll_query_until('up', q{SELECT count(*) >= 50 FROM outbox.events WHERE type = 'up.during'}),
+	'the emitter is running');
+$node->safe_psql('up', 'ALTER EXTENSION outbox_pg UPDATE');
+is($node->safe_psql('up', q{SELECT extversion FROM pg_extension WHERE extname = 'outbox_pg'}),
+	$default_version, "ALTER EXTENSION UPDATE reached $default_version while events were emitted");
+ok($node->safe_psql('up', q{SELECT count(*) FROM outbox.events WHERE type = 'up.during'}) < 600,
+	'the update ran while the emitter was still emitting');
+$emitter->finish;
+is($emitter->result(0), 0, 'the emitter never failed') or diag($emit_err);
+my @up_after = emit_in('up', 'up.after', 'slow', 100);
+
+ok($node->poll_query_until('up', q{
+	SELECT count(*) = 1000 AND bool_and(status = 'published') FROM outbox.events}),
+	'after the update every event of the upgraded database is published');
+ok($node->poll_query_until('other', q{
+	SELECT count(*) = 400 AND bool_and(status = 'published') FROM outbox.events}),
+	'and every event of the other database');
+my @up_all = split /\n/, $node->safe_psql('up', 'SELECT id FROM outbox.events');
+assert_zero_lost($sink, 'upgraded database', '/delay/20/up', @up_all);
+assert_zero_lost($sink, 'other database', '/delay/50/other', @other);
+ok($node->poll_query_until('up', q{
+	SELECT count(*) > 0 AND bool_and(state <> 'waiting for update') FROM outbox.workers() WHERE database = 'up'}),
+	'the relay no longer waits');
+
+# schema equivalence: fresh install vs upgraded install
+my $catalog_sql = q{
+WITH ext AS (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'outbox_pg'),
+m AS (
+	SELECT d.classid, d.objid, d.objsubid FROM pg_catalog.pg_depend d, ext
+	 WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass AND d.refobjid = ext.oid AND d.deptype = 'e'),
+rels AS (SELECT c.oid FROM m JOIN pg_catalog.pg_class c ON m.classid = 'pg_catalog.pg_class'::regclass AND c.oid = m.objid)
+SELECT line FROM (
+	SELECT 'member ' || pg_catalog.pg_describe_object(classid, objid, objsubid) AS line FROM m
+	UNION ALL
+	SELECT 'function ' || p.oid::regprocedure || ' acl=' || coalesce(p.proacl::text, '-')
+	       || ' comment=' || coalesce(pg_catalog.obj_description(p.oid, 'pg_proc'), '-') || E'\n'
+	       || CASE WHEN p.prokind = 'a' THEN 'aggregate' ELSE pg_catalog.pg_get_functiondef(p.oid) END
+	  FROM m JOIN pg_catalog.pg_proc p ON m.classid = 'pg_catalog.pg_proc'::regclass AND p.oid = m.objid
+	UNION ALL
+	SELECT 'relation ' || c.oid::regclass || ' kind=' || c.relkind::text || ' persistence=' || c.relpersistence::text
+	       || ' acl=' || coalesce(c.relacl::text, '-') || ' options=' || coalesce(c.reloptions::text, '-')
+	       || ' rls=' || c.relrowsecurity || ' comment=' || coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), '-')
+	  FROM rels JOIN pg_catalog.pg_class c USING (oid)
+	UNION ALL
+	SELECT 'column ' || a.attrelid::regclass || ' #' || a.attnum || ' ' || a.attname || ' '
+	       || pg_catalog.format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+	       || coalesce(' default ' || pg_catalog.pg_get_expr(ad.adbin, ad.adrelid), '')
+	       || ' identity=' || a.attidentity::text || ' generated=' || a.attgenerated::text || ' collation=' || a.attcollation
+	       || ' acl=' || coalesce(a.attacl::text, '-') || ' comment=' || coalesce(pg_catalog.col_description(a.attrelid, a.attnum), '-')
+	  FROM rels JOIN pg_catalog.pg_attribute a ON a.attrelid = rels.oid AND a.attnum > 0 AND NOT a.attisdropped
+	  LEFT JOIN pg_catalog.pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+	UNION ALL
+	SELECT 'constraint ' || co.conrelid::regclass || ' ' || co.conname || ' ' || pg_catalog.pg_get_constraintdef(co.oid)
+	       || ' deferrable=' || co.condeferrable || ' valid=' || co.convalidated
+	  FROM rels JOIN pg_catalog.pg_constraint co ON co.conrelid = rels.oid
+	UNION ALL
+	SELECT 'index ' || pg_catalog.pg_get_indexdef(i.indexrelid) || ' valid=' || i.indisvalid
+	  FROM rels JOIN pg_catalog.pg_index i ON i.indrelid = rels.oid
+	UNION ALL
+	SELECT 'trigger ' || pg_catalog.pg_get_triggerdef(t.oid) || ' enabled=' || t.tgenabled::text
+	  FROM rels JOIN pg_catalog.pg_trigger t ON t.tgrelid = rels.oid AND NOT t.tgisinternal
+	UNION ALL
+	SELECT 'policy ' || po.polrelid::regclass || ' ' || po.polname || ' ' || po.polcmd::text || ' '
+	       || coalesce(pg_catalog.pg_get_expr(po.polqual, po.polrelid), '-') || ' '
+	       || coalesce(pg_catalog.pg_get_expr(po.polwithcheck, po.polrelid), '-')
+	  FROM rels JOIN pg_catalog.pg_policy po ON po.polrelid = rels.oid
+	UNION ALL
+	SELECT 'view ' || c.oid::regclass || E'\n' || pg_catalog.pg_get_viewdef(c.oid)
+	  FROM rels JOIN pg_catalog.pg_class c USING (oid) WHERE c.relkind IN ('v', 'm')
+	UNION ALL
+	SELECT 'sequence ' || s.seqrelid::regclass || ' ' || pg_catalog.format_type(s.seqtypid, NULL) || ' '
+	       || s.seqstart || ' ' || s.seqincrement || ' ' || s.seqmin || ' ' || s.seqmax || ' ' || s.seqcache || ' ' || s.seqcycle
+	  FROM rels JOIN pg_catalog.pg_sequence s ON s.seqrelid = rels.oid
+	UNION ALL
+	SELECT 'schema ' || n.nspname || ' acl=' || coalesce(n.nspacl::text, '-')
+	       || ' comment=' || coalesce(pg_catalog.obj_description(n.oid, 'pg_namespace'), '-')
+	  FROM m JOIN pg_catalog.pg_namespace n ON m.classid = 'pg_catalog.pg_namespace'::regclass AND n.oid = m.objid
+	UNION ALL
+	SELECT 'type ' || pg_catalog.format_type(t.oid, NULL) || ' ' || t.typtype::text || ' acl=' || coalesce(t.typacl::text, '-')
+	       || coalesce(' labels=' || (SELECT pg_catalog.string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
+	                                    FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid), '')
+	       || coalesce(' attributes=' || (SELECT pg_catalog.string_agg(a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod), ',' ORDER BY a.attnum)
+	                                        FROM pg_catalog.pg_attribute a WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped), '')
+	  FROM m JOIN pg_catalog.pg_type t ON m.classid = 'pg_catalog.pg_type'::regclass AND t.oid = m.objid
+	UNION ALL
+	SELECT 'event trigger ' || ev.evtname || ' ' || ev.evtevent || ' ' || ev.evtfoid::regproc || ' '
+	       || coalesce(ev.evttags::text, '-') || ' enabled=' || ev.evtenabled::text
+	  FROM m JOIN pg_catalog.pg_event_trigger ev ON m.classid = 'pg_catalog.pg_event_trigger'::regclass AND ev.oid = m.objid
+	UNION ALL
+	SELECT 'dumped ' || c.cfg::regclass || ' ' || coalesce(c.cond, '-')
+	  FROM pg_catalog.pg_extension x,
+	       LATERAL ROWS FROM (pg_catalog.unnest(x.extconfig), pg_catalog.unnest(x.extcondition)) AS c(cfg, cond)
+	 WHERE x.extname = 'outbox_pg'
+) s
+ORDER BY line};
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('fresh', 'CREATE EXTENSION outbox_pg');
+my @fresh = split /\n(?=\S)/, $node->safe_psql('fresh', $catalog_sql);
+my @upgraded = split /\n(?=\S)/, $node->safe_psql('up', $catalog_sql);
+my %in_fresh = map { $_ => 1 } @fresh;
+my %in_upgraded = map { $_ => 1 } @upgraded;
+ok(scalar(@fresh) > 50, 'the catalog query sees the extension objects (' . scalar(@fresh) . ' lines)');
+is(join("\n", grep { !$in_upgraded{$_} } @fresh), '', 'nothing of a fresh install is missing or different after the upgrade');
+is(join("\n", grep { !$in_fresh{$_} } @upgraded), '', 'nothing extra or different in the upgraded install');
+
+# pg_dump and restore into a fresh database
+$node->safe_psql('up', qq{
+	INSERT INTO outbox.destinations (name, url, timeout_ms, max_attempts, backoff_base_ms, backoff_max_ms)
+	VALUES ('later', '$u/ok/restored', 1000, 5, 50, 200),
+	       ('rejecting', '$u/status/422/dump', 1000, 5, 50, 200);
+	INSERT INTO outbox.routes (pattern, destination, priority) VALUES ('dump.*', 'later', 10);
+	UPDATE outbox.destinations SET paused = true WHERE name = 'later';
+});
+my @dead = emit_in('up', 'dump.dead', 'rejecting', 3);
+ok($node->poll_query_until('up', q{SELECT count(*) = 3 FROM outbox.events WHERE status = 'dead'}),
+	'dead events exist before the dump');
+my @pending = emit_in('up', 'dump.pending', 'later', 200);
+$node->safe_psql('up', q{
+	SELECT inbox.claim('message-' || g) FROM generate_series(1, 25) g;
+	SELECT inbox.claim('other-message', 'consumer-b');
+});
+my $state_sql = q{
+	SELECT (SELECT string_agg(name || ' ' || url || ' ' || paused, ',' ORDER BY name) FROM outbox.destinations) || ' | ' ||
+	       (SELECT string_agg(pattern || ' ' || destination || ' ' || priority, ',' ORDER BY pattern) FROM outbox.routes) || ' | ' ||
+	       (SELECT count(*) FILTER (WHERE status = 'pending') || ' pending ' ||
+	               count(*) FILTER (WHERE status = 'dead') || ' dead ' ||
+	               md5(string_agg(id::text || type || payload::text || status || attempts, ',' ORDER BY id))
+	          FROM outbox.events WHERE status <> 'published') || ' | ' ||
+	       (SELECT count(*) || ' claims ' || md5(string_agg(consumer || message_id || expires_at, ',' ORDER BY consumer, message_id))
+	          FROM inbox.claims)};
+my $before = $node->safe_psql('up', $state_sql);
+my $published_before = $node->safe_psql('up', q{SELECT count(*) FROM outbox.events WHERE status = 'published'});
+ok($published_before > 0, "$published_before published events before the dump");
+
+my $dump = "$PostgreSQL::Test::Utils::tmp_check/up.dump";
+$node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('up') ], 'pg_dump of the database');
+$node->safe_psql('postgres', 'CREATE DATABASE restored');
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), $dump ], 'pg_restore into a fresh database');
+is($node->safe_psql('restored', $state_sql), $before,
+	'destinations, routes, pending and dead events and claims are restored');
+is($node->safe_psql('restored', q{SELECT count(*) FROM outbox.events WHERE status = 'published'}),
+	'0', 'published events are not dumped');
+is($node->safe_psql('restored', q{SELECT extversion FROM pg_extension WHERE extname = 'outbox_pg'}),
+	$default_version, 'the restored extension is at the default version');
+
+# the restored database's relay delivers the pending events
+$node->safe_psql('restored', q{UPDATE outbox.destinations SET paused = false WHERE name = 'later'});
+ok($node->poll_query_until('restored', q{
+	SELECT count(*) = 200 FROM outbox.events WHERE status = 'published'}),
+	'the restored database delivers its pending events');
+assert_zero_lost($sink, 'restored database', '/ok/restored', @pending);
+is($node->safe_psql('up', q{SELECT count(*) FROM outbox.events WHERE status = 'pending'}),
+	'200', 'the original database still holds its own paused events');
+ok(!$node->log_contains('terminated by signal'), 'no process crashed');
+
+$node->stop;
+stop_sink($sink);
+done_testing();
