@@ -38,6 +38,7 @@ char	   *outbox_ca_file = NULL;
 int			outbox_discovery_interval = 10;
 int			outbox_lease_margin = 10000;
 int			outbox_inbox_retention = 7 * SECS_PER_DAY;
+int			outbox_inbox_handler_timeout = 60000;
 
 static bool
 guc_check_traceparent(char **newval, void **extra, GucSource source)
@@ -187,6 +188,15 @@ OutboxDefineGucs(void)
 							OUTBOX_MAX_CLAIM_TTL,
 							PGC_SIGHUP,
 							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.inbox_handler_timeout",
+							"Longest time one inbox handler call may run.",
+							"A call that runs longer is cancelled and counts as a failed attempt; 0 disables the limit.",
+							&outbox_inbox_handler_timeout,
+							60000, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("outbox");

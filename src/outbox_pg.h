@@ -115,6 +115,7 @@ extern char *outbox_ca_file;
 extern int	outbox_discovery_interval;
 extern int	outbox_lease_margin;
 extern int	outbox_inbox_retention;
+extern int	outbox_inbox_handler_timeout;
 
 extern void OutboxDefineGucs(void);
 
