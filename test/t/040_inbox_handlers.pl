@@ -4,7 +4,8 @@
 # with backoff and is dead-lettered without holding up other messages;
 # ordered handlers keep the received order per aggregate; retention removes
 # old processed messages and expired claims and never anything pending or
-# dead; a hanging handler is cancelled by the handler timeout; a retention
+# dead; a hanging handler is cancelled by the handler timeout; receive()
+# wakes the worker at commit; a retention
 # below the redelivery window is overridden loudly.
 use strict;
 use warnings;
@@ -213,6 +214,17 @@ $node->safe_psql('postgres', q{
 });
 ok($node->wait_for_log(qr/outbox\.inbox_retention \(1 s\) is shorter than outbox\.redelivery_window \(2 s\); processed inbox messages are kept for 2 s/,
 	$log_offset), 'a retention below the redelivery window is overridden, and logged');
+
+# --- wake at commit: with a 60 s poll, a received message is processed at once
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET outbox.poll_interval = '60s';
+	SELECT pg_reload_conf();
+});
+sleep(1);    # the relay picks the setting up at its next 200 ms poll
+$node->safe_psql('postgres', q{SELECT inbox.receive('wake-1', 'payment.created', '{"amount": 1}')});
+ok(wait_until(sub {
+	$node->safe_psql('postgres', q{SELECT status FROM inbox.messages WHERE id = 'wake-1'}) eq 'processed' }, 10),
+	'processed within seconds although the poll interval is 60 s: the commit woke the worker');
 
 $node->stop;
 done_testing();
