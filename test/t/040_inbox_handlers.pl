@@ -5,8 +5,8 @@
 # ordered handlers keep the received order per aggregate; retention removes
 # old processed messages and expired claims and never anything pending or
 # dead; a hanging handler is cancelled by the handler timeout; receive()
-# wakes the worker at commit; a retention
-# below the redelivery window is overridden loudly.
+# wakes the worker at commit; a retention below the redelivery window is
+# overridden loudly.
 use strict;
 use warnings;
 use FindBin;
