@@ -46,6 +46,7 @@ int			outbox_pending_age_critical = 1800;
 int			outbox_dead_letters_warning = 1;
 int			outbox_dead_letters_critical = 0;
 int			outbox_inbox_retention = 7 * SECS_PER_DAY;
+int			outbox_inbox_handler_timeout = 60000;
 
 static bool
 guc_check_traceparent(char **newval, void **extra, GucSource source)
@@ -251,6 +252,15 @@ OutboxDefineGucs(void)
 							0, 0, INT_MAX,
 							PGC_SIGHUP,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.inbox_handler_timeout",
+							"Longest time one inbox handler call may run.",
+							"A call that runs longer is cancelled and counts as a failed attempt; 0 disables the limit.",
+							&outbox_inbox_handler_timeout,
+							60000, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("outbox");

@@ -52,6 +52,10 @@
  * pg_catalog: handlers qualify their names or carry SET search_path.  The
  * signature is checked again before every call, so a row written directly
  * into inbox.handlers cannot make the worker pass a wrong argument type.
+ * Each call runs under the statement timeout (outbox.inbox_handler_timeout,
+ * the backend's own STATEMENT_TIMEOUT machinery): a handler that hangs is
+ * cancelled and counts as a failed attempt instead of holding the worker —
+ * and with it this worker's outbox delivery — forever.
  *
  * Ordering: for a message whose handler is ordered, inbox._lease() skips it
  * while an earlier message (lower seq) of the same aggregate is pending,
@@ -104,6 +108,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "outbox_pg.h"
@@ -309,10 +314,14 @@ inbox_call_handler(InboxMessage *msg)
 						   SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	save_nestlevel = NewGUCNestLevel();
+	if (outbox_inbox_handler_timeout > 0)
+		enable_timeout_after(STATEMENT_TIMEOUT, outbox_inbox_handler_timeout);
 
 	(void) FunctionCallInvoke(fcinfo);
 
-	/* on error, the subtransaction's abort restores both */
+	/* on error, the subtransaction's abort restores both; see below */
+	if (outbox_inbox_handler_timeout > 0)
+		disable_timeout(STATEMENT_TIMEOUT, false);
 	AtEOXact_GUC(false, save_nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 }
@@ -347,6 +356,8 @@ inbox_run_message(InboxMessage *msg, MemoryContext msgcxt)
 		ErrorData  *edata;
 
 		MemoryContextSwitchTo(oldcxt);
+		if (outbox_inbox_handler_timeout > 0)
+			disable_timeout(STATEMENT_TIMEOUT, false);
 		edata = CopyErrorData();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();

@@ -122,6 +122,7 @@ extern int	outbox_pending_age_critical;
 extern int	outbox_dead_letters_warning;
 extern int	outbox_dead_letters_critical;
 extern int	outbox_inbox_retention;
+extern int	outbox_inbox_handler_timeout;
 
 extern void OutboxDefineGucs(void);
 

@@ -713,7 +713,7 @@ OutboxRelayMain(Datum main_arg)
 	int			slot_index = DatumGetInt32(main_arg);
 	volatile bool need_lease = true;
 	volatile bool need_inbox = true;	/* inbox work (inbox_worker.c) */
-	volatile long inbox_wait_ms = 0;
+	long		inbox_wait_ms = 0;	/* set by every InboxWorkerCycle() */
 	volatile TimestampTz last_poll = 0;
 	volatile TimestampTz last_route = 0;
 	TimestampTz first_done_at = 0;
@@ -928,7 +928,7 @@ OutboxRelayMain(Datum main_arg)
 		/* inbox: one bounded batch of received messages, and retention */
 		if (need_inbox)
 			need_inbox = InboxWorkerCycle(my_slot->worker_number == 0,
-										  (long *) &inbox_wait_ms);
+										  &inbox_wait_ms);
 
 		/* send and wait */
 		if (relay_outdated)

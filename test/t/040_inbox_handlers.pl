@@ -4,7 +4,9 @@
 # with backoff and is dead-lettered without holding up other messages;
 # ordered handlers keep the received order per aggregate; retention removes
 # old processed messages and expired claims and never anything pending or
-# dead; a retention below the redelivery window is overridden loudly.
+# dead; a hanging handler is cancelled by the handler timeout; receive()
+# wakes the worker at commit; a retention below the redelivery window is
+# overridden loudly.
 use strict;
 use warnings;
 use FindBin;
@@ -17,6 +19,7 @@ use Test::More;
 my $node = new_outbox_node('inbox', qq{
 outbox.redelivery_window = '2s'
 outbox.inbox_retention = '3s'
+outbox.inbox_handler_timeout = '1s'
 });
 $node->start;
 
@@ -158,6 +161,25 @@ ok($node->poll_query_until('postgres', q{
 	  FROM inbox.messages WHERE id = 'orphan-1'}),
 	'a message without handler stays pending with the reason');
 
+# --- a handler that hangs is cancelled by outbox.inbox_handler_timeout and
+# counts as a failed attempt; the worker goes on
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION public.hang(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_catalog.pg_sleep(30); END $$;
+	SELECT inbox.register_handler('hang.*', 'public.hang(inbox.messages)', max_attempts => 1);
+	SELECT inbox.receive('hang-1', 'hang.now', '{}');
+	SELECT inbox.receive('after-hang', 'payment.created', '{"amount": 3}');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'dead' FROM inbox.messages WHERE id = 'hang-1'}),
+	'a hanging handler is cancelled and, out of attempts, dead-lettered');
+is($node->safe_psql('postgres', q{SELECT last_error FROM inbox.messages WHERE id = 'hang-1'}),
+	'57014: canceling statement due to statement timeout', 'the timeout is the recorded error');
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'processed' FROM inbox.messages WHERE id = 'after-hang'}),
+	'the next message is processed');
+$node->safe_psql('postgres', q{SELECT inbox.purge('hang-1')});
+
 # --- retention: processed messages after outbox.inbox_retention, expired
 # claims; pending and dead messages stay
 $node->safe_psql('postgres', q{
@@ -192,6 +214,17 @@ $node->safe_psql('postgres', q{
 });
 ok($node->wait_for_log(qr/outbox\.inbox_retention \(1 s\) is shorter than outbox\.redelivery_window \(2 s\); processed inbox messages are kept for 2 s/,
 	$log_offset), 'a retention below the redelivery window is overridden, and logged');
+
+# --- wake at commit: with a 60 s poll, a received message is processed at once
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET outbox.poll_interval = '60s';
+	SELECT pg_reload_conf();
+});
+sleep(1);    # the relay picks the setting up at its next 200 ms poll
+$node->safe_psql('postgres', q{SELECT inbox.receive('wake-1', 'payment.created', '{"amount": 1}')});
+ok(wait_until(sub {
+	$node->safe_psql('postgres', q{SELECT status FROM inbox.messages WHERE id = 'wake-1'}) eq 'processed' }, 10),
+	'processed within seconds although the poll interval is 60 s: the commit woke the worker');
 
 $node->stop;
 done_testing();
