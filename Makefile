@@ -14,6 +14,11 @@ OBJS = \
 	src/relay.o \
 	src/http.o \
 	src/webhook.o \
+	src/broker.o \
+	src/aws.o \
+	src/sns.o \
+	src/sqs.o \
+	src/rabbitmq.o \
 	src/retry.o \
 	src/store.o \
 	src/stats.o \
