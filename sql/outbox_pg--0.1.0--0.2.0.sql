@@ -44,10 +44,10 @@ CREATE TABLE outbox.credentials (
                           CHECK (aws_access_key_id OPERATOR(pg_catalog.~) '^[A-Za-z0-9]{1,128}$'),
     aws_secret_access_key pg_catalog.text
                           CONSTRAINT credentials_secret_check
-                          CHECK (aws_secret_access_key OPERATOR(pg_catalog.~) '^[^[:space:][:cntrl:]]{1,256}$'),
+                          CHECK (aws_secret_access_key OPERATOR(pg_catalog.~) '^[^[:space:][:cntrl:]]+$'),
     aws_session_token     pg_catalog.text
                           CONSTRAINT credentials_session_token_check
-                          CHECK (aws_session_token OPERATOR(pg_catalog.~) '^[^[:space:][:cntrl:]]{1,4096}$'),
+                          CHECK (aws_session_token OPERATOR(pg_catalog.~) '^[^[:space:][:cntrl:]]+$'),
     username              pg_catalog.text
                           CONSTRAINT credentials_username_check
                           CHECK (username OPERATOR(pg_catalog.~) '^[^:[:cntrl:]]{1,255}$'),
@@ -146,7 +146,7 @@ BEGIN
         END IF;
         IF NEW.kind OPERATOR(pg_catalog.=) 'sns' AND
            (o OPERATOR(pg_catalog.->>) 'topic_arn') OPERATOR(pg_catalog.!~)
-           '^arn:[a-z-]+:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?$' THEN
+           '^arn:[a-z-]+:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]+(\.fifo)?$' THEN
             RAISE EXCEPTION 'option topic_arn of destination "%" is not an SNS topic ARN', NEW.name
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'A topic ARN looks like arn:aws:sns:REGION:ACCOUNT:NAME (NAME ending in .fifo for a FIFO topic).';
@@ -159,8 +159,8 @@ BEGIN
                       HINT = 'Set the option queue_url to e.g. https://sqs.eu-west-1.amazonaws.com/123456789012/orders.';
         END IF;
         region := coalesce(o OPERATOR(pg_catalog.->>) 'region',
-                           pg_catalog.nullif(pg_catalog.split_part(o OPERATOR(pg_catalog.->>) 'topic_arn', ':', 4), ''),
-                           pg_catalog.substring(NEW.url FROM '^https?://[a-z0-9-]+\.([a-z0-9-]+)\.amazonaws\.com'));
+                           NULLIF(pg_catalog.split_part(o OPERATOR(pg_catalog.->>) 'topic_arn', ':', 4), ''),
+                           pg_catalog.substring(NEW.url, '^https?://[a-z0-9-]+\.([a-z0-9-]+)\.amazonaws\.com'));
         IF region IS NULL OR region OPERATOR(pg_catalog.!~) '^[a-z0-9-]{1,64}$' THEN
             RAISE EXCEPTION 'destination "%" has no AWS region', NEW.name
                 USING ERRCODE = 'invalid_parameter_value',

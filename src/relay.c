@@ -193,12 +193,12 @@ static void
 relay_prepare_plans(void)
 {
 	OutboxKeepPlan(&destinations_plan,
-				   "SELECT name, url, paused, timeout_ms, max_concurrency, max_attempts,"
-				   " backoff_base_ms, backoff_max_ms,"
-				   " extract(epoch FROM max_age)::float8, format, headers,"
-				   " signing_secrets, bearer_token, options ->> 'source',"
-				   " coalesce((options ->> 'circuit_threshold')::int4, 5),"
-				   " kind, options, c.aws_access_key_id, c.aws_secret_access_key,"
+				   "SELECT d.name, d.url, d.paused, d.timeout_ms, d.max_concurrency,"
+				   " d.max_attempts, d.backoff_base_ms, d.backoff_max_ms,"
+				   " extract(epoch FROM d.max_age)::float8, d.format, d.headers,"
+				   " d.signing_secrets, d.bearer_token, d.options ->> 'source',"
+				   " coalesce((d.options ->> 'circuit_threshold')::int4, 5),"
+				   " d.kind, d.options, c.aws_access_key_id, c.aws_secret_access_key,"
 				   " c.aws_session_token, c.username, c.password"
 				   " FROM outbox.destinations AS d"
 				   " LEFT JOIN outbox.credentials AS c"
