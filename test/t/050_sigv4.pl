@@ -191,4 +191,5 @@ ok(!(grep { grep { ($_->{attributes}{event_type} // '') =~ /^big\.s(ns|qs)$/ } @
 	'an oversized message is never sent');
 
 $node->stop;
+stop_aws_sink($sink);
 done_testing();

@@ -138,4 +138,5 @@ is($node->safe_psql('postgres', q{SELECT max(attempts) FROM outbox.events WHERE 
 
 stop_local_sqs($sqs);
 $node->stop;
+stop_aws_sink($sink);
 done_testing();

@@ -24,11 +24,21 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 use Exporter 'import';
-our @EXPORT = qw(require_packages start_aws_sink aws_records start_local_sqs
-  stop_local_sqs sqs_call start_rabbitmq stop_rabbitmq rabbit_api
+our @EXPORT = qw(require_packages start_aws_sink stop_aws_sink aws_records start_local_sqs
+  stop_local_sqs sqs_call start_rabbitmq stop_rabbitmq finish_rabbitmq rabbit_api
   AWS_KEY AWS_SECRET NODE_PREFIX);
 
 my $SRC = abs_path(dirname(__FILE__) . '/../..');
+
+# Everything started here is stopped when the test ends, failed or not.
+my (@handles, @rabbits);
+
+END
+{
+	local $?;
+	for my $h (@handles) { eval { $h->kill_kill if $h->pumpable; }; }
+	for my $r (@rabbits) { eval { finish_rabbitmq($r) if $r->{running}; }; }
+}
 
 use constant AWS_KEY => 'AKIDOUTBOXPGTEST';
 use constant AWS_SECRET => 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYtest/key=';
@@ -90,8 +100,16 @@ sub start_aws_sink
 			'--region', 'us-east-1'
 		],
 		'>', \$out, '2>', \$out);
+	push @handles, $h;
 	_wait_port($port, 1) or die "aws_sink did not start: $out";
 	return { port => $port, log => $log, handle => $h, url => "http://127.0.0.1:$port/" };
+}
+
+sub stop_aws_sink
+{
+	my ($sink) = @_;
+	$sink->{handle}->kill_kill;
+	_wait_port($sink->{port}, 0);
 }
 
 sub aws_records
@@ -128,6 +146,7 @@ sub start_local_sqs
 	my $out = '';
 	local $ENV{NODE_PATH} = NODE_PREFIX . '/node_modules';
 	my $h = IPC::Run::start([ 'node', '-e', $script ], '>', \$out, '2>', \$out);
+	push @handles, $h;
 	_wait_port($port, 1) or die "local-aws-sqs did not start: $out";
 	return { port => $port, handle => $h, url => "http://127.0.0.1:$port/", out => \$out };
 }
@@ -172,6 +191,7 @@ sub start_rabbitmq
 		my $amqp = PostgreSQL::Test::Cluster::get_free_port();
 		my $mgmt = PostgreSQL::Test::Cluster::get_free_port();
 		my $dist = PostgreSQL::Test::Cluster::get_free_port();
+		my $epmd = PostgreSQL::Test::Cluster::get_free_port();
 		open(my $fh, '>', "$base/rabbitmq.conf") or die;
 		print $fh "listeners.tcp.1 = 127.0.0.1:$amqp\n",
 		  "management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = $mgmt\n",
@@ -185,7 +205,7 @@ sub start_rabbitmq
 		close $fh;
 		chmod 0400, "$base/home/.erlang.cookie";
 		$rmq = {
-			base => $base, amqp => $amqp, mgmt => $mgmt, dist => $dist,
+			base => $base, amqp => $amqp, mgmt => $mgmt, dist => $dist, epmd => $epmd,
 			node => "outboxpg$mgmt\@localhost",
 			url => "http://127.0.0.1:$mgmt",
 		};
@@ -199,6 +219,7 @@ sub start_rabbitmq
 		RABBITMQ_LOG_BASE => "$rmq->{base}/log",
 		RABBITMQ_DIST_PORT => $rmq->{dist},
 		ERL_EPMD_ADDRESS => '127.0.0.1',
+		ERL_EPMD_PORT => $rmq->{epmd},
 		RABBITMQ_PID_FILE => "$rmq->{base}/rabbitmq.pid",
 		RABBITMQ_CONF_ENV_FILE => "$rmq->{base}/none.env",
 	);
@@ -208,6 +229,8 @@ sub start_rabbitmq
 	my $out = '';
 	$rmq->{env} = \%env;
 	$rmq->{handle} = IPC::Run::start([$server], '>', "$rmq->{base}/log/stdout.log", '2>&1');
+	push @rabbits, $rmq unless grep { $_ == $rmq } @rabbits;
+	$rmq->{running} = 1;
 	my $deadline = time + 60;
 	my $ok = 0;
 	while (time < $deadline)
@@ -228,8 +251,18 @@ sub stop_rabbitmq
 	  ? '/usr/lib/rabbitmq/bin/rabbitmqctl' : '/usr/sbin/rabbitmqctl';
 	system($ctl, '-n', $rmq->{node}, 'stop');
 	$rmq->{handle}->finish if $rmq->{handle};
+	$rmq->{running} = 0;
 	_wait_port($rmq->{mgmt}, 0, 30);
 	_wait_port($rmq->{amqp}, 0, 30);
+}
+
+# Stop the node and the private epmd it started (its own port).
+sub finish_rabbitmq
+{
+	my ($rmq) = @_;
+	stop_rabbitmq($rmq) if $rmq->{running};
+	local @ENV{ keys %{ $rmq->{env} } } = values %{ $rmq->{env} };
+	system("epmd -port $rmq->{epmd} -kill >/dev/null 2>&1");
 }
 
 # A management API call as guest; returns { status, body (decoded) }.
