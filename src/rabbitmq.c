@@ -25,7 +25,8 @@
  * reported on the event ("unroutable: ...") and retried, since a binding
  * added later recovers it, or dead-lettered at once with
  * options.unroutable = 'dead'.  401, 403 and 404 (credentials,
- * permissions, no such vhost or exchange) are configuration problems
+ * permissions, no such vhost or exchange; RabbitMQ 3.10 reports a missing
+ * exchange as a 400 whose reason says NOT_FOUND) are configuration problems
  * that affect every message: retried, and counted by the circuit breaker.
  * Other 4xx are the message's fault (dead letter); 5xx and network
  * errors are retried.
@@ -208,8 +209,13 @@ OutboxRabbitClassify(BrokerBatch *batch, HttpRequest *req)
 		return;
 	}
 
+	/*
+	 * A missing vhost or exchange is a 404, or (3.10, publishing to an
+	 * exchange that does not exist) a 400 whose reason says NOT_FOUND.
+	 */
 	if (status == 401 || status == 403 || status == 404 ||
-		status == 408 || status == 429 || status >= 500)
+		status == 408 || status == 429 || status >= 500 ||
+		(status == 400 && strstr(text, "NOT_FOUND") != NULL))
 	{
 		batch->destination_failure = true;
 		OutboxBrokerDecide(msg, OUTCOME_RETRY, status,
