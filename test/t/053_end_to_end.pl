@@ -35,8 +35,8 @@ $node->start;
 $node->safe_psql('postgres', qq{
 	CREATE EXTENSION outbox_pg;
 	INSERT INTO outbox.credentials (name, username, password) VALUES ('rmq', 'guest', 'guest');
-	INSERT INTO outbox.destinations (name, kind, url, credentials, timeout_ms, backoff_base_ms, backoff_max_ms, options)
-	VALUES ('ledger', 'rabbitmq', '$rmq->{url}', 'rmq', 2000, 100, 1000,
+	INSERT INTO outbox.destinations (name, kind, url, credentials, timeout_ms, max_attempts, backoff_base_ms, backoff_max_ms, options)
+	VALUES ('ledger', 'rabbitmq', '$rmq->{url}', 'rmq', 2000, 1000, 100, 1000,
 	        '{"exchange": "payments", "circuit_threshold": 0}');
 	INSERT INTO outbox.routes (pattern, destination) VALUES ('payment.*', 'ledger');
 	CREATE TABLE payments (payment_no int PRIMARY KEY, amount int NOT NULL);

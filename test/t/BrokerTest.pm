@@ -30,8 +30,10 @@ our @EXPORT = qw(require_packages start_aws_sink stop_aws_sink aws_records start
 
 my $SRC = abs_path(dirname(__FILE__) . '/../..');
 
-# Everything started here is stopped when the test ends, failed or not.
+# Everything started here is stopped when the test ends, failed or not
+# (also when the test is interrupted).
 my (@handles, @rabbits);
+$SIG{TERM} = $SIG{INT} = sub { exit 1; };
 
 END
 {
