@@ -38,7 +38,7 @@ SHLIB_LINK += $(shell curl-config --libs)
 PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
-REGRESS = setup emit emit_errors routes inbox privileges retry
+REGRESS = setup emit emit_errors routes inbox privileges retry brokers_config
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
