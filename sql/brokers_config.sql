@@ -49,6 +49,7 @@ SET ROLE regress_broker_app;
 SELECT try($$SELECT aws_secret_access_key FROM outbox.credentials$$);
 SELECT try($$SELECT password FROM outbox.credentials$$);
 RESET ROLE;
+REVOKE USAGE ON SCHEMA outbox, inbox FROM regress_broker_app;
 DROP ROLE regress_broker_app;
 
 DELETE FROM outbox.destinations WHERE name LIKE 'regress\_%';
