@@ -33,6 +33,18 @@
  * events of that destination are leased for a pause that doubles up to a
  * minute, then a single probe goes out; a success closes the circuit.
  *
+ * Brokers (kinds sns, sqs, rabbitmq; broker.c): leased events of such a
+ * destination become BrokerMessages, and one request may carry several
+ * of them (SNS PublishBatch, SQS SendMessageBatch).  The first event of a
+ * batch owns the request and lists the events it carries; the others are
+ * never sent themselves (relay_start), and all of them complete together
+ * (relay_completed).  When recording, the request's response is read once
+ * (OutboxBrokerClassify) and gives every carried event its own outcome,
+ * so a batch answered 200 with failed entries retries or dead-letters
+ * just those.  A message that can never be sent (too large) is decided
+ * before sending and completes without a request.  Webhooks keep one
+ * request per event and the classification of retry.c.
+ *
  * Memory: each event lives in its own small memory context, deleted
  * after its result is recorded; everything else per cycle is reset every
  * loop.  Errors inside a cycle are caught, logged, shown in the worker's
