@@ -109,7 +109,7 @@ def rabbit_api(url, method, path, body=None):
 
 def run_one(cur, dest, n):
     cur.execute("UPDATE outbox.destinations SET paused = true")
-    cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{PAYLOAD}', destination => %s))"
+    cur.execute(f"SELECT count(outbox.emit('bench.event', (g %% 1000)::text, '{PAYLOAD}', destination => %s))"
                 " FROM generate_series(1, %s) g", (dest, n))
     cur.execute("SELECT coalesce(sum(published), 0) FROM outbox.workers() WHERE database = 'postgres'")
     before = cur.fetchone()[0]
@@ -119,7 +119,8 @@ def run_one(cur, dest, n):
     deadline = t0 + 600
     while time.time() < deadline:
         cur.execute("SELECT coalesce(sum(published), 0) FROM outbox.workers() WHERE database = 'postgres'")
-        if cur.fetchone()[0] - before >= n + 1:
+        # the kick event itself may be unroutable (RabbitMQ): count only the n
+        if cur.fetchone()[0] - before >= n:
             break
         time.sleep(0.02)
     elapsed = time.time() - t0
