@@ -64,7 +64,8 @@ static const char *const transient_codes[] = {
 
 /* Error codes that mean "the destination is configured wrongly". */
 static const char *const config_codes[] = {
-	"InvalidClientTokenId", "SignatureDoesNotMatch", "IncompleteSignature",
+	"InvalidClientTokenId", "SignatureDoesNotMatch", "InvalidSignatureException",
+	"IncompleteSignature",
 	"ExpiredToken", "ExpiredTokenException", "UnrecognizedClientException",
 	"MissingAuthenticationToken", "MissingAuthenticationTokenException",
 	"AccessDenied", "AccessDeniedException", "AuthorizationError",
