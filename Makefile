@@ -14,6 +14,11 @@ OBJS = \
 	src/relay.o \
 	src/http.o \
 	src/webhook.o \
+	src/broker.o \
+	src/aws.o \
+	src/sns.o \
+	src/sqs.o \
+	src/rabbitmq.o \
 	src/retry.o \
 	src/store.o \
 	src/stats.o \
@@ -40,7 +45,7 @@ PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
 REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
-	ops_monitoring inbox_messages ha_columns
+	ops_monitoring inbox_messages ha_columns brokers_config
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked order_lease order_gap \
 	inbox_receive_concurrent

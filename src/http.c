@@ -135,6 +135,15 @@ http_write_callback(char *data, size_t size, size_t nmemb, void *userp)
 		req->response_len += n;
 		req->response[req->response_len] = '\0';
 	}
+	/* the caller's buffer for the whole body (brokers parse it) */
+	if (req->capture != NULL && req->capture_len + 1 < req->capture_size)
+	{
+		size_t		n = Min(req->capture_size - 1 - req->capture_len, len);
+
+		memcpy(req->capture + req->capture_len, data, n);
+		req->capture_len += n;
+		req->capture[req->capture_len] = '\0';
+	}
 	return len;
 }
 
@@ -275,6 +284,9 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	req->retry_after_secs = -1;
 	req->next_done = NULL;
 	req->easy = NULL;
+	req->capture_len = 0;
+	if (req->capture != NULL && req->capture_size > 0)
+		req->capture[0] = '\0';
 
 	if (!http_host_allowed(req->url, req->error, sizeof(req->error)))
 	{
@@ -319,6 +331,16 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
 	if (req->headers)
 		curl_easy_setopt(easy, CURLOPT_HTTPHEADER, req->headers);
+	/* credentials: curl copies them; they never reach a log */
+	if (req->username != NULL)
+	{
+		curl_easy_setopt(easy, CURLOPT_USERNAME, req->username);
+		curl_easy_setopt(easy, CURLOPT_PASSWORD, req->password ? req->password : "");
+	}
+	if (req->aws_sigv4 != NULL)
+		curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, req->aws_sigv4);
+	else if (req->username != NULL)
+		curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long) CURLAUTH_BASIC);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, http_write_callback);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, req);
 	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, http_header_callback);
@@ -336,6 +358,25 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	return;
 
 done:
+	if (client->done_tail)
+		client->done_tail->next_done = req;
+	else
+		client->done_head = req;
+	client->done_tail = req;
+}
+
+/*
+ * Complete a request without sending it: the caller decided its outcome
+ * before sending (a broker message too large to send, for instance).  It
+ * comes back from the next HttpClientWait() like any other.
+ */
+void
+HttpClientSkip(HttpClient *client, HttpRequest *req)
+{
+	req->status = 0;
+	req->curl_code = CURLE_OK;
+	req->easy = NULL;
+	req->next_done = NULL;
 	if (client->done_tail)
 		client->done_tail->next_done = req;
 	else

@@ -38,6 +38,7 @@
 #define INBOX_MESSAGES_TABLE	"messages"
 #define INBOX_MESSAGES_SEQ		"messages_seq"
 #define INBOX_HANDLERS_TABLE	"handlers"
+#define OUTBOX_CREDENTIALS_TABLE "credentials"
 
 /* Limits on identifiers carried in events and claims. */
 #define OUTBOX_MAX_TYPE_LEN		255
@@ -212,6 +213,12 @@ typedef struct HttpRequest
 	const char *body;
 	size_t		body_len;
 	long		timeout_ms;
+	const char *username;		/* basic auth, or the AWS access key id */
+	const char *password;		/* its password, or the AWS secret key */
+	const char *aws_sigv4;		/* "aws:amz:REGION:SERVICE": sign with SigV4 */
+	char	   *capture;		/* optional buffer for the whole response */
+	size_t		capture_size;	/* its size, NUL included */
+	size_t		capture_len;	/* set by http.c */
 
 	/* set by http.c */
 	CURL	   *easy;
@@ -235,6 +242,7 @@ extern void HttpClientStart(HttpClient *client, HttpRequest *req);
 extern HttpRequest *HttpClientWait(HttpClient *client, long timeout_ms,
 								   bool *latch_set);
 extern int	HttpClientRunning(HttpClient *client);
+extern void HttpClientSkip(HttpClient *client, HttpRequest *req);
 
 /* store.c */
 extern SPIPlanPtr OutboxKeepPlan(SPIPlanPtr *plan, const char *sql,
@@ -304,6 +312,112 @@ typedef struct WebhookTarget
 extern void OutboxBuildWebhook(const WebhookEvent *ev, const WebhookTarget *t,
 							   HttpRequest *req, char **body);
 extern bool OutboxDecodeSigningSecret(const char *secret, StringInfo key);
+
+/* broker.c: destinations of kind sns, sqs and rabbitmq */
+#define OUTBOX_BROKER_MAX_BATCH	10	/* entries of one SNS/SQS batch call */
+#define OUTBOX_SNS_MAX_BYTES	262144	/* SNS: message + attributes, and a batch */
+#define OUTBOX_SQS_MAX_BYTES	1048576 /* SQS: message + attributes, and a batch */
+
+typedef enum BrokerKind
+{
+	BROKER_SNS,
+	BROKER_SQS,
+	BROKER_RABBITMQ
+} BrokerKind;
+
+/* One destination's broker configuration, in cycle memory. */
+typedef struct BrokerTarget
+{
+	BrokerKind	kind;
+	const char *name;			/* destination name */
+	const char *url;			/* endpoint, or management API base */
+	int			batch_size;		/* SNS/SQS: 1 .. OUTBOX_BROKER_MAX_BATCH */
+	/* AWS */
+	const char *region;
+	const char *topic_arn;		/* SNS */
+	const char *queue_url;		/* SQS */
+	bool		fifo;
+	const char *group_key;		/* aggregate_id | type | destination */
+	const char *access_key_id;
+	const char *secret_access_key;
+	const char *session_token;
+	/* RabbitMQ */
+	const char *vhost;
+	const char *exchange;
+	const char *routing_key;	/* template: {type} {aggregate_id} ... */
+	bool		unroutable_dead;
+	const char *username;
+	const char *password;
+} BrokerTarget;
+
+/* One event as a broker message, and what became of it. */
+typedef struct BrokerMessage
+{
+	const char *id;
+	const char *type;
+	const char *aggregate_id;
+	const char *payload;		/* JSON text */
+	const char *traceparent;
+	const char *time;			/* RFC 3339, UTC */
+	const char *destination;
+
+	bool		decided;		/* outcome known before or without sending */
+	DeliveryOutcome outcome;
+	int			status;			/* HTTP status of its request, 0 if none */
+	char	   *error;			/* NULL when acknowledged */
+} BrokerMessage;
+
+/* The messages one request carries, for classifying its response. */
+typedef struct BrokerBatch
+{
+	BrokerKind	kind;
+	bool		batch_call;		/* PublishBatch / SendMessageBatch */
+	bool		unroutable_dead;
+	int			nmsgs;
+	BrokerMessage *msgs[OUTBOX_BROKER_MAX_BATCH];
+	bool		destination_failure;	/* set by OutboxBrokerClassify() */
+} BrokerBatch;
+
+extern BrokerTarget *OutboxBrokerTarget(const char *kind, const char *name,
+										const char *url, Datum options,
+										const char *const *credentials);
+extern void OutboxBrokerCheck(const BrokerTarget *t, BrokerMessage *msg);
+extern int	OutboxBrokerBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
+							  HttpRequest *req, BrokerBatch *batch);
+extern void OutboxBrokerClassify(BrokerBatch *batch, HttpRequest *req);
+extern void OutboxBrokerDecide(BrokerMessage *msg, DeliveryOutcome outcome,
+							   int status, const char *error);
+
+/* aws.c */
+extern void OutboxAwsSign(const BrokerTarget *t, const char *service,
+						  HttpRequest *req, struct curl_slist **headers);
+extern const char *OutboxAwsRegion(const char *region, const char *url,
+								   const char *arn);
+extern bool OutboxAwsGroupIdValid(const char *value);
+extern char *OutboxAwsGroupId(const BrokerTarget *t, const BrokerMessage *msg);
+extern bool OutboxAwsErrorIsTransient(const char *code);
+extern bool OutboxAwsErrorIsConfig(const char *code);
+extern void OutboxAwsClassifyError(BrokerBatch *batch, HttpRequest *req,
+								   const char *code, const char *message);
+extern struct curl_slist *OutboxAddHeader(struct curl_slist *list,
+										  const char *line);
+
+/* sns.c */
+extern size_t OutboxSnsMessageSize(const BrokerTarget *t, const BrokerMessage *msg);
+extern void OutboxSnsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
+						   HttpRequest *req, BrokerBatch *batch);
+extern void OutboxSnsClassify(BrokerBatch *batch, HttpRequest *req);
+
+/* sqs.c */
+extern size_t OutboxSqsMessageSize(const BrokerTarget *t, const BrokerMessage *msg);
+extern void OutboxSqsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
+						   HttpRequest *req, BrokerBatch *batch);
+extern void OutboxSqsClassify(BrokerBatch *batch, HttpRequest *req);
+
+/* rabbitmq.c */
+extern void OutboxRabbitBuild(const BrokerTarget *t, BrokerMessage *msg,
+							  HttpRequest *req, BrokerBatch *batch);
+extern void OutboxRabbitClassify(BrokerBatch *batch, HttpRequest *req);
 
 /* validate.c */
 extern bool OutboxTraceparentIsValid(const char *value);

@@ -33,6 +33,18 @@
  * events of that destination are leased for a pause that doubles up to a
  * minute, then a single probe goes out; a success closes the circuit.
  *
+ * Brokers (kinds sns, sqs, rabbitmq; broker.c): leased events of such a
+ * destination become BrokerMessages, and one request may carry several
+ * of them (SNS PublishBatch, SQS SendMessageBatch).  The first event of a
+ * batch owns the request and lists the events it carries; the others are
+ * never sent themselves (relay_start), and all of them complete together
+ * (relay_completed).  When recording, the request's response is read once
+ * (OutboxBrokerClassify) and gives every carried event its own outcome,
+ * so a batch answered 200 with failed entries retries or dead-letters
+ * just those.  A message that can never be sent (too large) is decided
+ * before sending and completes without a request.  Webhooks keep one
+ * request per event and the classification of retry.c.
+ *
  * Memory: each event lives in its own small memory context, deleted
  * after its result is recorded; everything else per cycle is reset every
  * loop.  Errors inside a cycle are caught, logged, shown in the worker's
@@ -114,6 +126,7 @@ typedef struct DestinationConfig
 	double		max_age_secs;
 	int			circuit_threshold;
 	WebhookTarget target;
+	BrokerTarget *broker;		/* kinds sns, sqs, rabbitmq; NULL: webhook */
 } DestinationConfig;
 
 /* One leased event, in its own memory context until recorded. */
@@ -131,6 +144,16 @@ typedef struct RelayEvent
 	char	   *url;
 	char	   *body;
 	HttpRequest req;			/* req.owner: see relay_event_of() */
+
+	/*
+	 * Brokers (broker.c): one request may carry several events.  The event
+	 * whose req is sent owns the batch and lists the events it carries
+	 * (itself first); the others point to it and are never sent themselves.
+	 */
+	BrokerMessage *msg;			/* NULL for webhooks */
+	BrokerBatch *batch;			/* on the event whose req carries them */
+	List	   *carried;
+	struct RelayEvent *carrier; /* set on the events carried by another */
 } RelayEvent;
 
 static RelaySlot *my_slot = NULL;
@@ -162,6 +185,7 @@ static const struct
 	{OUTBOX_EVENTS_TABLE, RowExclusiveLock},
 	{OUTBOX_DESTINATIONS_TABLE, AccessShareLock},
 	{OUTBOX_ROUTES_TABLE, AccessShareLock},
+	{OUTBOX_CREDENTIALS_TABLE, AccessShareLock},
 };
 
 static RelayEvent *
@@ -189,12 +213,16 @@ static void
 relay_prepare_plans(void)
 {
 	OutboxKeepPlan(&destinations_plan,
-				   "SELECT name, url, paused, timeout_ms, max_concurrency, max_attempts,"
-				   " backoff_base_ms, backoff_max_ms,"
-				   " extract(epoch FROM max_age)::float8, format, headers,"
-				   " signing_secrets, bearer_token, options ->> 'source',"
-				   " coalesce((options ->> 'circuit_threshold')::int4, 5)"
-				   " FROM outbox.destinations WHERE kind = 'webhook'",
+				   "SELECT d.name, d.url, d.paused, d.timeout_ms, d.max_concurrency,"
+				   " d.max_attempts, d.backoff_base_ms, d.backoff_max_ms,"
+				   " extract(epoch FROM d.max_age)::float8, d.format, d.headers,"
+				   " d.signing_secrets, d.bearer_token, d.options ->> 'source',"
+				   " coalesce((d.options ->> 'circuit_threshold')::int4, 5),"
+				   " d.kind, d.options, c.aws_access_key_id, c.aws_secret_access_key,"
+				   " c.aws_session_token, c.username, c.password"
+				   " FROM outbox.destinations AS d"
+				   " LEFT JOIN outbox.credentials AS c"
+				   "   ON c.name OPERATOR(pg_catalog.=) d.credentials",
 				   0, NULL);
 	OutboxKeepPlan(&route_plan, "SELECT outbox._route_pending()", 0, NULL);
 }
@@ -307,6 +335,7 @@ relay_load_destinations(void)
 		Datum		secrets;
 		bool		found;
 		char	   *format;
+		char	   *kind;
 
 		d = palloc0(sizeof(DestinationConfig));
 		d->name = spi_text(tup, desc, 1);
@@ -352,6 +381,17 @@ relay_load_destinations(void)
 		d->circuit_threshold = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
 		if (d->target.source == NULL)
 			d->target.source = psprintf("urn:outbox_pg:%s", database_name);
+		kind = spi_text(tup, desc, 16);
+		if (strcmp(kind, "webhook") != 0)
+		{
+			const char *credentials[5];
+
+			for (int k = 0; k < 5; k++)
+				credentials[k] = spi_text(tup, desc, 18 + k);
+			d->broker = OutboxBrokerTarget(kind, d->name, d->url,
+										   SPI_getbinval(tup, desc, 17, &isnull),
+										   credentials);
+		}
 		MemoryContextSwitchTo(old);
 
 		rd = hash_search(destinations, d->name, HASH_ENTER, &found);
@@ -415,6 +455,97 @@ relay_capacity(RelayDestination *rd, TimestampTz now)
 	return free_slots;
 }
 
+/* ---- brokers (sns, sqs, rabbitmq: see broker.c) ---- */
+
+static BrokerMessage *
+relay_broker_message(const WebhookEvent *wev, const DestinationConfig *d)
+{
+	BrokerMessage *msg = palloc0(sizeof(BrokerMessage));
+
+	msg->id = wev->id;
+	msg->type = wev->type;
+	msg->aggregate_id = wev->aggregate_id;
+	msg->payload = wev->payload;
+	msg->traceparent = wev->traceparent;
+	msg->time = wev->time;
+	msg->destination = d->name;
+	return msg;
+}
+
+/*
+ * Group a destination's leased events into requests: each request is
+ * built in, and owned by, its first event's memory; a message that can
+ * never be sent is decided here and completes without a request.
+ */
+static void
+relay_broker_batches(DestinationConfig *d, List *events)
+{
+	int			n = list_length(events);
+	RelayEvent **evs = palloc(n * sizeof(RelayEvent *));
+	BrokerMessage **msgs = palloc(n * sizeof(BrokerMessage *));
+	int			nsend = 0;
+	ListCell   *lc;
+
+	foreach(lc, events)
+	{
+		RelayEvent *ev = lfirst(lc);
+		MemoryContext old = MemoryContextSwitchTo(ev->context);
+
+		OutboxBrokerCheck(d->broker, ev->msg);
+		if (ev->msg->decided)
+			ev->carried = list_make1(ev);	/* completes unsent */
+		else
+		{
+			evs[nsend] = ev;
+			msgs[nsend++] = ev->msg;
+		}
+		MemoryContextSwitchTo(old);
+	}
+	for (int i = 0; i < nsend;)
+	{
+		RelayEvent *first = evs[i];
+		MemoryContext old = MemoryContextSwitchTo(first->context);
+		int			k;
+
+		first->batch = palloc0(sizeof(BrokerBatch));
+		k = OutboxBrokerBuild(d->broker, &msgs[i], nsend - i, &first->req,
+							  first->batch);
+		for (int j = i; j < i + k; j++)
+		{
+			first->carried = lappend(first->carried, evs[j]);
+			if (j > i)
+				evs[j]->carrier = first;
+		}
+		MemoryContextSwitchTo(old);
+		i += k;
+	}
+	pfree(evs);
+	pfree(msgs);
+}
+
+/* Send a leased event's request (unless another event's request carries it). */
+static void
+relay_start(RelayEvent *ev)
+{
+	if (ev->carrier != NULL)
+		return;
+	if (ev->msg != NULL && ev->msg->decided)
+		HttpClientSkip(http, &ev->req);
+	else
+		HttpClientStart(http, &ev->req);
+}
+
+/* A completed request: the events it carried, in order. */
+static List *
+relay_completed(List *pending, HttpRequest *req)
+{
+	RelayEvent *ev = relay_event_of(req);
+
+	if (ev->carried != NIL)
+		return list_concat(pending, ev->carried);
+	return lappend(pending, ev);
+}
+
 /*
  * Lease due events of every destination with free capacity and turn them
  * into requests (started after the commit).  Returns the events leased.
@@ -444,6 +575,7 @@ relay_lease(List *dests, bool *drained)
 		RelayDestination *rd = hash_search(destinations, d->name, HASH_FIND, NULL);
 		int			want = relay_capacity(rd, now);
 		uint64		n;
+		List	   *broker_events = NIL;
 
 		if (want <= 0)
 			continue;
@@ -491,7 +623,10 @@ relay_lease(List *dests, bool *drained)
 
 			ev->req.url = ev->url;
 			ev->req.timeout_ms = d->timeout_ms;
-			OutboxBuildWebhook(&wev, &d->target, &ev->req, &ev->body);
+			if (d->broker != NULL)
+				ev->msg = relay_broker_message(&wev, d);
+			else
+				OutboxBuildWebhook(&wev, &d->target, &ev->req, &ev->body);
 			MemoryContextSwitchTo(old);
 
 			rd->in_flight++;
@@ -504,8 +639,12 @@ relay_lease(List *dests, bool *drained)
 			 */
 			old = MemoryContextSwitchTo(events_context);
 			leased = lappend(leased, ev);
+			if (ev->msg != NULL)
+				broker_events = lappend(broker_events, ev);
 			MemoryContextSwitchTo(old);
 		}
+		if (broker_events != NIL)
+			relay_broker_batches(d, broker_events);
 	}
 	return leased;
 }
@@ -559,9 +698,19 @@ relay_note_destination(RelayDestination *rd, bool failed)
 	}
 }
 
-static char *
-relay_error_text(HttpRequest *req)
+static int
+relay_status(RelayEvent *ev)
 {
+	return ev->msg != NULL ? ev->msg->status : ev->req.status;
+}
+
+static char *
+relay_error_text(RelayEvent *ev)
+{
+	HttpRequest *req = &ev->req;
+
+	if (ev->msg != NULL)
+		return pstrdup(ev->msg->error ? ev->msg->error : "failed");
 	if (req->curl_code != CURLE_OK || req->refused)
 		return pstrdup(req->error[0] ? req->error : "request failed");
 	if (req->status >= 300 && req->status < 400)
@@ -628,11 +777,24 @@ relay_record(List *done)
 		pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
 
 		memcpy(id, &ev->id, sizeof(pg_uuid_t));
-		/* an oversized body or a refused host comes back as a curl error */
-		outcome = OutboxClassifyResponse(req->status, req->curl_code, req->refused);
-		relay_note_destination(ev->dest,
-							   outcome != OUTCOME_ACK &&
-							   OutboxIsDestinationFailure(req->status, req->curl_code));
+		if (ev->msg != NULL)
+		{
+			/* a broker request decides each message it carried */
+			if (ev->batch != NULL)
+			{
+				OutboxBrokerClassify(ev->batch, req);
+				relay_note_destination(ev->dest, ev->batch->destination_failure);
+			}
+			outcome = ev->msg->outcome;
+		}
+		else
+		{
+			/* an oversized body or a refused host comes back as a curl error */
+			outcome = OutboxClassifyResponse(req->status, req->curl_code, req->refused);
+			relay_note_destination(ev->dest,
+								   outcome != OUTCOME_ACK &&
+								   OutboxIsDestinationFailure(req->status, req->curl_code));
+		}
 
 		if (outcome == OUTCOME_RETRY &&
 			(ev->attempts >= ev->max_attempts || ev->age_secs >= ev->max_age_secs))
@@ -644,7 +806,7 @@ relay_record(List *done)
 		{
 			case OUTCOME_ACK:
 				ack_ids[nack] = UUIDPGetDatum(id);
-				ack_status[nack] = Int32GetDatum(req->status);
+				ack_status[nack] = Int32GetDatum(relay_status(ev));
 				nack++;
 				break;
 			case OUTCOME_RETRY:
@@ -654,20 +816,20 @@ relay_record(List *done)
 															 ev->backoff_max_ms,
 															 pg_prng_double(&prng));
 
-					if (req->retry_after_secs >= 0)
+					if (ev->msg == NULL && req->retry_after_secs >= 0)
 						delay = Max(delay, Min((int64) req->retry_after_secs * 1000,
 											   RETRY_AFTER_MAX_MS));
 					retry_ids[nretry] = UUIDPGetDatum(id);
 					retry_at[nretry] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
-					retry_status[nretry] = Int32GetDatum(req->status);
-					retry_error[nretry] = CStringGetTextDatum(relay_error_text(req));
+					retry_status[nretry] = Int32GetDatum(relay_status(ev));
+					retry_error[nretry] = CStringGetTextDatum(relay_error_text(ev));
 					nretry++;
 				}
 				break;
 			case OUTCOME_DEAD:
 				dead_ids[ndead] = UUIDPGetDatum(id);
-				dead_status[ndead] = Int32GetDatum(req->status);
-				dead_error[ndead] = CStringGetTextDatum(relay_error_text(req));
+				dead_status[ndead] = Int32GetDatum(relay_status(ev));
+				dead_error[ndead] = CStringGetTextDatum(relay_error_text(ev));
 				ndead++;
 				break;
 		}
@@ -869,11 +1031,7 @@ OutboxRelayMain(Datum main_arg)
 					proc_exit(0);
 				}
 				foreach(lc, leased)
-				{
-					RelayEvent *ev = lfirst(lc);
-
-					HttpClientStart(http, &ev->req);
-				}
+					relay_start(lfirst(lc));
 				list_free(leased);
 				leased = NIL;
 				need_lease = !drained;
@@ -965,7 +1123,7 @@ OutboxRelayMain(Datum main_arg)
 		{
 			HttpRequest *next = done->next_done;
 
-			pending_done = lappend(pending_done, relay_event_of(done));
+			pending_done = relay_completed(pending_done, done);
 			done = next;
 		}
 		MemoryContextSwitchTo(TopMemoryContext);

@@ -1,0 +1,344 @@
+/*-------------------------------------------------------------------------
+ *
+ * sns.c
+ *		  Amazon SNS destinations: Publish and PublishBatch over the Query
+ *		  protocol.
+ *
+ * Request: POST to the endpoint (the destination's url, path as given, no
+ * query string), Content-Type application/x-www-form-urlencoded, body
+ * "Action=Publish&Version=2010-03-31&TopicArn=...&Message=..." with every
+ * value percent-encoded as RFC 3986 asks (unreserved characters only are
+ * left alone, so the body is ASCII whatever the payload holds).  Signed
+ * with SigV4 for service "sns" (aws.c).
+ *
+ * Several messages for one topic go out as one PublishBatch with
+ * "PublishBatchRequestEntries.member.N.*" entries; each entry's Id is the
+ * message id (a UUID: letters, digits and hyphens, as Ids must be).
+ *
+ * Every message carries:
+ *	- Message: the payload (JSON text);
+ *	- MessageAttributes: event_type, message_id, and when present
+ *	  aggregate_id and traceparent (String attributes);
+ *	- on FIFO topics: MessageGroupId (aws.c: aggregate id by default) and
+ *	  MessageDeduplicationId = message id, so a re-send within SNS's
+ *	  deduplication window is not delivered twice.
+ *
+ * Size: SNS counts the message and its attributes (names, types and
+ * values) against 256 KiB, for one message and for a whole batch.
+ *
+ * Response: Publish answers 200 with a PublishResult; PublishBatch
+ * answers 200 with <Successful> and <Failed> member lists, so every entry
+ * is checked: successful ones are acknowledged, failed ones retried
+ * (SenderFault false, or a throttling/configuration code) or
+ * dead-lettered (SenderFault true), and an entry missing from the answer
+ * is retried.  Errors for the whole request are an <ErrorResponse> with
+ * <Code> and <Message> (aws.c decides).  The XML is AWS's fixed shape;
+ * it is read by looking for its elements, not by a general XML parser.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/sns.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+
+#include "outbox_pg.h"
+
+#define SNS_API_VERSION "2010-03-31"
+
+/* RFC 3986 percent-encoding of a form value */
+static void
+append_encoded(StringInfo buf, const char *value)
+{
+	static const char hex[] = "0123456789ABCDEF";
+
+	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
+	{
+		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+			(*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
+			*p == '.' || *p == '~')
+			appendStringInfoChar(buf, (char) *p);
+		else
+		{
+			appendStringInfoChar(buf, '%');
+			appendStringInfoChar(buf, hex[*p >> 4]);
+			appendStringInfoChar(buf, hex[*p & 0x0f]);
+		}
+	}
+}
+
+static void
+append_param(StringInfo buf, const char *prefix, const char *name,
+			 const char *value)
+{
+	appendStringInfo(buf, "&%s%s=", prefix, name);
+	append_encoded(buf, value);
+}
+
+/* The String attributes of a message, as (name, value) pairs. */
+static int
+sns_attributes(const BrokerMessage *msg, const char *names[4],
+			   const char *values[4])
+{
+	int			n = 0;
+
+	names[n] = "event_type";
+	values[n++] = msg->type;
+	names[n] = "message_id";
+	values[n++] = msg->id;
+	if (msg->aggregate_id && msg->aggregate_id[0])
+	{
+		names[n] = "aggregate_id";
+		values[n++] = msg->aggregate_id;
+	}
+	if (msg->traceparent && msg->traceparent[0])
+	{
+		names[n] = "traceparent";
+		values[n++] = msg->traceparent;
+	}
+	return n;
+}
+
+size_t
+OutboxSnsMessageSize(const BrokerTarget *t, const BrokerMessage *msg)
+{
+	const char *names[4];
+	const char *values[4];
+	int			n = sns_attributes(msg, names, values);
+	size_t		size = strlen(msg->payload);
+
+	for (int i = 0; i < n; i++)
+		size += strlen(names[i]) + strlen("String") + strlen(values[i]);
+	return size;
+}
+
+static void
+sns_append_entry(StringInfo buf, const BrokerTarget *t,
+				 const BrokerMessage *msg, const char *prefix)
+{
+	const char *names[4];
+	const char *values[4];
+	int			n = sns_attributes(msg, names, values);
+
+	append_param(buf, prefix, "Message", msg->payload);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *attr = psprintf("%sMessageAttributes.entry.%d.", prefix, i + 1);
+
+		append_param(buf, attr, "Name", names[i]);
+		append_param(buf, attr, "Value.DataType", "String");
+		append_param(buf, attr, "Value.StringValue", values[i]);
+		pfree(attr);
+	}
+	if (t->fifo)
+	{
+		append_param(buf, prefix, "MessageGroupId", OutboxAwsGroupId(t, msg));
+		append_param(buf, prefix, "MessageDeduplicationId", msg->id);
+	}
+}
+
+void
+OutboxSnsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
+			   HttpRequest *req, BrokerBatch *batch)
+{
+	StringInfoData body;
+	struct curl_slist *h = NULL;
+
+	initStringInfo(&body);
+	appendStringInfoString(&body, n > 1 ? "Action=PublishBatch" : "Action=Publish");
+	append_param(&body, "", "Version", SNS_API_VERSION);
+	append_param(&body, "", "TopicArn", t->topic_arn ? t->topic_arn : "");
+	for (int i = 0; i < n; i++)
+	{
+		if (n > 1)
+		{
+			char	   *prefix = psprintf("PublishBatchRequestEntries.member.%d.", i + 1);
+
+			append_param(&body, prefix, "Id", msgs[i]->id);
+			sns_append_entry(&body, t, msgs[i], prefix);
+			pfree(prefix);
+		}
+		else
+			sns_append_entry(&body, t, msgs[i], "");
+		batch->msgs[i] = msgs[i];
+	}
+	batch->nmsgs = n;
+	batch->batch_call = (n > 1);
+
+	PG_TRY();
+	{
+		/* no empty header, no spaces inside values: see aws.c */
+		h = OutboxAddHeader(h, "Content-Type: application/x-www-form-urlencoded");
+		OutboxAwsSign(t, "sns", req, &h);
+	}
+	PG_CATCH();
+	{
+		if (h)
+			curl_slist_free_all(h);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	req->url = t->url;
+	req->headers = h;
+	req->body = body.data;
+	req->body_len = body.len;
+}
+
+/*
+ * The text of the first <tag>...</tag> between start and end, with the
+ * five predefined XML entities decoded; NULL if absent.
+ */
+static char *
+xml_element(const char *start, const char *end, const char *tag)
+{
+	char	   *open = psprintf("<%s>", tag);
+	char	   *close = psprintf("</%s>", tag);
+	const char *p;
+	const char *q;
+	StringInfoData out;
+
+	p = strstr(start, open);
+	if (p == NULL || p >= end)
+		return NULL;
+	p += strlen(open);
+	q = strstr(p, close);
+	if (q == NULL || q > end)
+		return NULL;
+	initStringInfo(&out);
+	while (p < q)
+	{
+		if (*p == '&')
+		{
+			static const struct
+			{
+				const char *entity;
+				char		c;
+			}			entities[] = {
+				{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'},
+				{"&quot;", '"'}, {"&apos;", '\''}
+			};
+			bool		done = false;
+
+			for (int i = 0; i < lengthof(entities); i++)
+			{
+				size_t		len = strlen(entities[i].entity);
+
+				if (q - p >= len && strncmp(p, entities[i].entity, len) == 0)
+				{
+					appendStringInfoChar(&out, entities[i].c);
+					p += len;
+					done = true;
+					break;
+				}
+			}
+			if (done)
+				continue;
+		}
+		appendStringInfoChar(&out, *p++);
+	}
+	return out.data;
+}
+
+/* Find the member of a result list whose <Id> is id; NULL if none. */
+static const char *
+xml_find_member(const char *list, const char *list_end, const char *id,
+				const char **member_end)
+{
+	const char *p = list;
+
+	while ((p = strstr(p, "<member>")) != NULL && p < list_end)
+	{
+		const char *end = strstr(p, "</member>");
+		char	   *mid;
+
+		if (end == NULL || end > list_end)
+			return NULL;
+		mid = xml_element(p, end, "Id");
+		if (mid && strcmp(mid, id) == 0)
+		{
+			*member_end = end;
+			return p;
+		}
+		p = end;
+	}
+	return NULL;
+}
+
+void
+OutboxSnsClassify(BrokerBatch *batch, HttpRequest *req)
+{
+	const char *xml = req->capture ? req->capture : req->response;
+	const char *xml_end = xml + strlen(xml);
+	const char *ok_list;
+	const char *ok_end;
+	const char *failed_list;
+	const char *failed_end;
+
+	if (req->status < 200 || req->status >= 300)
+	{
+		OutboxAwsClassifyError(batch, req, xml_element(xml, xml_end, "Code"),
+							   xml_element(xml, xml_end, "Message"));
+		return;
+	}
+	if (!batch->batch_call)
+	{
+		if (strstr(xml, "<PublishResult>") == NULL && strstr(xml, "<MessageId>") == NULL)
+		{
+			OutboxAwsClassifyError(batch, req, NULL,
+								   "the response is not a PublishResult");
+			return;
+		}
+		OutboxBrokerDecide(batch->msgs[0], OUTCOME_ACK, req->status, NULL);
+		return;
+	}
+
+	/* PublishBatch: every entry on its own */
+	ok_list = strstr(xml, "<Successful>");
+	ok_end = ok_list ? strstr(ok_list, "</Successful>") : NULL;
+	failed_list = strstr(xml, "<Failed>");
+	failed_end = failed_list ? strstr(failed_list, "</Failed>") : NULL;
+	if (ok_list == NULL && failed_list == NULL)
+	{
+		OutboxAwsClassifyError(batch, req, NULL,
+							   req->capture_len + 1 >= req->capture_size ?
+							   "the PublishBatch response was too long to read" :
+							   "the response is not a PublishBatchResult");
+		return;
+	}
+
+	for (int i = 0; i < batch->nmsgs; i++)
+	{
+		BrokerMessage *msg = batch->msgs[i];
+		const char *member;
+		const char *member_end;
+
+		if (ok_end && xml_find_member(ok_list, ok_end, msg->id, &member_end))
+		{
+			OutboxBrokerDecide(msg, OUTCOME_ACK, req->status, NULL);
+			continue;
+		}
+		if (failed_end &&
+			(member = xml_find_member(failed_list, failed_end, msg->id, &member_end)) != NULL)
+		{
+			char	   *code = xml_element(member, member_end, "Code");
+			char	   *text = xml_element(member, member_end, "Message");
+			char	   *sender = xml_element(member, member_end, "SenderFault");
+			bool		sender_fault = (sender && strcmp(sender, "true") == 0);
+			DeliveryOutcome outcome = OUTCOME_RETRY;
+
+			if (sender_fault && !OutboxAwsErrorIsTransient(code) &&
+				!OutboxAwsErrorIsConfig(code))
+				outcome = OUTCOME_DEAD;
+			OutboxBrokerDecide(msg, outcome, req->status,
+							   psprintf("PublishBatch entry failed (%s): %s: %.180s",
+										sender_fault ? "sender fault" : "service fault",
+										code ? code : "error", text ? text : ""));
+		}
+	}
+	/* entries missing from the answer are retried by the caller */
+}

@@ -1,0 +1,319 @@
+/*-------------------------------------------------------------------------
+ *
+ * sqs.c
+ *		  Amazon SQS destinations: SendMessage and SendMessageBatch over
+ *		  the JSON 1.0 protocol.
+ *
+ * Request: POST to the endpoint (the destination's url), Content-Type
+ * application/x-amz-json-1.0, X-Amz-Target AmazonSQS.SendMessage (or
+ * AmazonSQS.SendMessageBatch), body a JSON object with QueueUrl
+ * (options.queue_url, by default the url itself).  Signed with SigV4 for
+ * service "sqs" (aws.c).  Non-ASCII text travels as UTF-8 in the JSON.
+ *
+ * Every message carries:
+ *	- MessageBody: the payload (JSON text);
+ *	- MessageAttributes: event_type, message_id, and when present
+ *	  aggregate_id and traceparent ({"DataType": "String", "StringValue"});
+ *	- on FIFO queues: MessageGroupId (aws.c) and MessageDeduplicationId =
+ *	  message id, so SQS drops a re-send within its deduplication window.
+ *
+ * Size: the body and the attributes (names, types, values) count against
+ * SQS's 1 MiB, for one message and for a whole batch.
+ *
+ * Response: SendMessage answers 200 with a MessageId.  SendMessageBatch
+ * answers 200 with "Successful" and "Failed" arrays: each entry (Id =
+ * message id) is acknowledged, retried (SenderFault false, or a
+ * throttling/configuration code) or dead-lettered (SenderFault true); an
+ * entry missing from both is retried.  Errors for the whole request carry
+ * "__type" ("com.amazonaws.sqs#QueueDoesNotExist": the code is after the
+ * '#') and "message" (aws.c decides).  The response is checked with the
+ * JSON lexer first, which reports errors instead of raising them, so a
+ * broken response never aborts the relay's cycle.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/sqs.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/jsonapi.h"
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+
+#include "outbox_pg.h"
+
+static int
+sqs_attributes(const BrokerMessage *msg, const char *names[4],
+			   const char *values[4])
+{
+	int			n = 0;
+
+	names[n] = "event_type";
+	values[n++] = msg->type;
+	names[n] = "message_id";
+	values[n++] = msg->id;
+	if (msg->aggregate_id && msg->aggregate_id[0])
+	{
+		names[n] = "aggregate_id";
+		values[n++] = msg->aggregate_id;
+	}
+	if (msg->traceparent && msg->traceparent[0])
+	{
+		names[n] = "traceparent";
+		values[n++] = msg->traceparent;
+	}
+	return n;
+}
+
+size_t
+OutboxSqsMessageSize(const BrokerTarget *t, const BrokerMessage *msg)
+{
+	const char *names[4];
+	const char *values[4];
+	int			n = sqs_attributes(msg, names, values);
+	size_t		size = strlen(msg->payload);
+
+	for (int i = 0; i < n; i++)
+		size += strlen(names[i]) + strlen("String") + strlen(values[i]);
+	return size;
+}
+
+/* The members of one message (without braces), after "Id" if any. */
+static void
+sqs_append_message(StringInfo buf, const BrokerTarget *t,
+				   const BrokerMessage *msg)
+{
+	const char *names[4];
+	const char *values[4];
+	int			n = sqs_attributes(msg, names, values);
+
+	appendStringInfoString(buf, "\"MessageBody\":");
+	escape_json(buf, msg->payload);
+	appendStringInfoString(buf, ",\"MessageAttributes\":{");
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(buf, ',');
+		escape_json(buf, names[i]);
+		appendStringInfoString(buf, ":{\"DataType\":\"String\",\"StringValue\":");
+		escape_json(buf, values[i]);
+		appendStringInfoChar(buf, '}');
+	}
+	appendStringInfoChar(buf, '}');
+	if (t->fifo)
+	{
+		appendStringInfoString(buf, ",\"MessageGroupId\":");
+		escape_json(buf, OutboxAwsGroupId(t, msg));
+		appendStringInfoString(buf, ",\"MessageDeduplicationId\":");
+		escape_json(buf, msg->id);
+	}
+}
+
+void
+OutboxSqsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
+			   HttpRequest *req, BrokerBatch *batch)
+{
+	StringInfoData body;
+	struct curl_slist *h = NULL;
+
+	initStringInfo(&body);
+	appendStringInfoString(&body, "{\"QueueUrl\":");
+	escape_json(&body, t->queue_url);
+	if (n > 1)
+	{
+		appendStringInfoString(&body, ",\"Entries\":[");
+		for (int i = 0; i < n; i++)
+		{
+			if (i > 0)
+				appendStringInfoChar(&body, ',');
+			appendStringInfoString(&body, "{\"Id\":");
+			escape_json(&body, msgs[i]->id);
+			appendStringInfoChar(&body, ',');
+			sqs_append_message(&body, t, msgs[i]);
+			appendStringInfoChar(&body, '}');
+		}
+		appendStringInfoChar(&body, ']');
+	}
+	else
+	{
+		appendStringInfoChar(&body, ',');
+		sqs_append_message(&body, t, msgs[0]);
+	}
+	appendStringInfoChar(&body, '}');
+	for (int i = 0; i < n; i++)
+		batch->msgs[i] = msgs[i];
+	batch->nmsgs = n;
+	batch->batch_call = (n > 1);
+
+	PG_TRY();
+	{
+		/* no empty header, no spaces inside values: see aws.c */
+		h = OutboxAddHeader(h, "Content-Type: application/x-amz-json-1.0");
+		h = OutboxAddHeader(h, n > 1 ? "X-Amz-Target: AmazonSQS.SendMessageBatch" :
+							"X-Amz-Target: AmazonSQS.SendMessage");
+		OutboxAwsSign(t, "sqs", req, &h);
+	}
+	PG_CATCH();
+	{
+		if (h)
+			curl_slist_free_all(h);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	req->url = t->url;
+	req->headers = h;
+	req->body = body.data;
+	req->body_len = body.len;
+}
+
+/*
+ * Parse a response body as jsonb; NULL if it is not valid JSON.  The
+ * lexer reports problems as a result code (no ERROR), and text it accepts
+ * is accepted by jsonb_in too.
+ */
+static Jsonb *
+sqs_parse(const char *text, size_t len)
+{
+	JsonLexContext *lex;
+	char	   *copy = pnstrdup(text, len);
+
+	if (len == 0)
+		return NULL;
+	lex = makeJsonLexContextCstringLen(copy, len, GetDatabaseEncoding(), true);
+	if (pg_parse_json(lex, &nullSemAction) != JSON_SUCCESS)
+		return NULL;
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(copy)));
+}
+
+static JsonbValue *
+json_get(JsonbContainer *c, const char *key)
+{
+	JsonbValue	k;
+
+	if (c == NULL || !JsonContainerIsObject(c))
+		return NULL;
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	return findJsonbValueFromContainer(c, JB_FOBJECT, &k);
+}
+
+static char *
+json_get_text(JsonbContainer *c, const char *key)
+{
+	JsonbValue *v = json_get(c, key);
+
+	if (v == NULL || v->type != jbvString)
+		return NULL;
+	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/* the entry of a result array whose "Id" is id, or NULL */
+static JsonbContainer *
+json_find_entry(JsonbValue *array, const char *id)
+{
+	JsonbContainer *c;
+	uint32		n;
+
+	if (array == NULL || array->type != jbvBinary ||
+		!JsonContainerIsArray(array->val.binary.data))
+		return NULL;
+	c = array->val.binary.data;
+	n = JsonContainerSize(c);
+	for (uint32 i = 0; i < n; i++)
+	{
+		JsonbValue *e = getIthJsonbValueFromContainer(c, i);
+		char	   *eid;
+
+		if (e == NULL || e->type != jbvBinary)
+			continue;
+		eid = json_get_text(e->val.binary.data, "Id");
+		if (eid && strcmp(eid, id) == 0)
+			return e->val.binary.data;
+	}
+	return NULL;
+}
+
+void
+OutboxSqsClassify(BrokerBatch *batch, HttpRequest *req)
+{
+	const char *text = req->capture ? req->capture : req->response;
+	size_t		len = req->capture ? req->capture_len : req->response_len;
+	Jsonb	   *jb = sqs_parse(text, len);
+	JsonbContainer *root = jb ? &jb->root : NULL;
+	JsonbValue *ok;
+	JsonbValue *failed;
+
+	if (req->status < 200 || req->status >= 300)
+	{
+		char	   *type = root ? json_get_text(root, "__type") : NULL;
+		char	   *message = root ? json_get_text(root, "message") : NULL;
+		char	   *hash;
+
+		if (root && message == NULL)
+			message = json_get_text(root, "Message");
+		if (type && (hash = strrchr(type, '#')) != NULL)
+			type = hash + 1;
+		OutboxAwsClassifyError(batch, req, type,
+							   message ? message : (root ? "" : req->response));
+		return;
+	}
+	if (root == NULL)
+	{
+		OutboxAwsClassifyError(batch, req, NULL,
+							   req->capture && req->capture_len + 1 >= req->capture_size ?
+							   "the response was too long to read" :
+							   "the response is not JSON");
+		return;
+	}
+	if (!batch->batch_call)
+	{
+		if (json_get_text(root, "MessageId") == NULL)
+		{
+			OutboxAwsClassifyError(batch, req, NULL, "the response has no MessageId");
+			return;
+		}
+		OutboxBrokerDecide(batch->msgs[0], OUTCOME_ACK, req->status, NULL);
+		return;
+	}
+
+	/* SendMessageBatch: every entry on its own */
+	ok = json_get(root, "Successful");
+	failed = json_get(root, "Failed");
+	for (int i = 0; i < batch->nmsgs; i++)
+	{
+		BrokerMessage *msg = batch->msgs[i];
+		JsonbContainer *entry;
+
+		if (json_find_entry(ok, msg->id) != NULL)
+		{
+			OutboxBrokerDecide(msg, OUTCOME_ACK, req->status, NULL);
+			continue;
+		}
+		if ((entry = json_find_entry(failed, msg->id)) != NULL)
+		{
+			char	   *code = json_get_text(entry, "Code");
+			char	   *message = json_get_text(entry, "Message");
+			JsonbValue *sender = json_get(entry, "SenderFault");
+			bool		sender_fault = (sender && sender->type == jbvBool &&
+										sender->val.boolean);
+			DeliveryOutcome outcome = OUTCOME_RETRY;
+
+			if (sender_fault && !OutboxAwsErrorIsTransient(code) &&
+				!OutboxAwsErrorIsConfig(code))
+				outcome = OUTCOME_DEAD;
+			OutboxBrokerDecide(msg, outcome, req->status,
+							   psprintf("SendMessageBatch entry failed (%s): %s: %.180s",
+										sender_fault ? "sender fault" : "service fault",
+										code ? code : "error", message ? message : ""));
+		}
+	}
+	/* entries missing from the answer are retried by the caller */
+}
