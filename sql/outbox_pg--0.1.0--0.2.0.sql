@@ -131,7 +131,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'destination "%" does not exist', release_aggregate.destination
             USING ERRCODE = 'undefined_object',
-                  HINT = 'See outbox.blocked_aggregates for the aggregates that wait.';
+                  HINT = 'Blocked aggregates are listed in outbox.blocked_aggregates.';
     END IF;
     SELECT r.released_through INTO previous FROM outbox.aggregate_releases AS r
      WHERE r.destination OPERATOR(pg_catalog.=) release_aggregate.destination
