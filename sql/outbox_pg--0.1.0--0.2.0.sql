@@ -35,13 +35,21 @@ ALTER TABLE outbox.events SET (fillfactor = 50,
                                autovacuum_vacuum_threshold = 1000,
                                autovacuum_vacuum_insert_scale_factor = 0.05);
 
--- Per-aggregate ordering (see src/ordering.c): the head of an aggregate is
--- its earliest pending event; the ordered lease takes heads only, and a
--- dead letter of the aggregate before the head blocks it under the
--- 'block' policy.  Both checks are probes of this index.
-CREATE INDEX events_aggregate_idx ON outbox.events (destination, aggregate_id, id)
+-- Per-aggregate ordering (see src/ordering.c).  emit() copies the
+-- aggregate id into ordering_key when the destination is ordered, so only
+-- those events are ordered and only they enter the index below: events
+-- of unordered destinations (the default) pay nothing for ordering.
+ALTER TABLE outbox.events ADD COLUMN ordering_key pg_catalog.text;
+
+COMMENT ON COLUMN outbox.events.ordering_key IS
+    'The aggregate id when the event was emitted to a destination ordered per aggregate, else NULL; only such events are ordered.';
+
+-- The head of an aggregate is its earliest pending event; the ordered
+-- lease takes heads only, and a dead letter of the aggregate before the
+-- head blocks it under the 'block' policy.  Both checks probe this index.
+CREATE INDEX events_ordering_idx ON outbox.events (destination, ordering_key, id)
     WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'dead'])
-      AND aggregate_id IS NOT NULL;
+      AND ordering_key IS NOT NULL;
 
 -- options.ordering: 'none' (default) or 'aggregate';
 -- options.on_dead:  what a dead-lettered event does to the later events of
@@ -80,7 +88,7 @@ SELECT d.destination, d.aggregate_id,
        d.last_status, d.last_error,
        (SELECT pg_catalog.count(*) FROM outbox.events AS p
          WHERE p.destination OPERATOR(pg_catalog.=) d.destination
-           AND p.aggregate_id OPERATOR(pg_catalog.=) d.aggregate_id
+           AND p.ordering_key OPERATOR(pg_catalog.=) d.ordering_key
            AND p.status OPERATOR(pg_catalog.=) 'pending'
            AND p.id OPERATOR(pg_catalog.>) d.id) AS waiting
   FROM outbox.destinations AS dst
@@ -88,22 +96,22 @@ SELECT d.destination, d.aggregate_id,
         SELECT e.* FROM outbox.events AS e
          WHERE e.destination OPERATOR(pg_catalog.=) dst.name
            AND e.status OPERATOR(pg_catalog.=) 'dead'
-           AND e.aggregate_id IS NOT NULL
+           AND e.ordering_key IS NOT NULL
            AND e.id OPERATOR(pg_catalog.>) COALESCE(
                  (SELECT r.released_through FROM outbox.aggregate_releases AS r
                    WHERE r.destination OPERATOR(pg_catalog.=) e.destination
-                     AND r.aggregate_id OPERATOR(pg_catalog.=) e.aggregate_id),
+                     AND r.aggregate_id OPERATOR(pg_catalog.=) e.ordering_key),
                  '00000000-0000-0000-0000-000000000000'::pg_catalog.uuid)
            AND NOT EXISTS (
                  SELECT 1 FROM outbox.events AS x
                   WHERE x.destination OPERATOR(pg_catalog.=) e.destination
-                    AND x.aggregate_id OPERATOR(pg_catalog.=) e.aggregate_id
+                    AND x.ordering_key OPERATOR(pg_catalog.=) e.ordering_key
                     AND x.status OPERATOR(pg_catalog.=) 'dead'
                     AND x.id OPERATOR(pg_catalog.<) e.id
                     AND x.id OPERATOR(pg_catalog.>) COALESCE(
                           (SELECT r.released_through FROM outbox.aggregate_releases AS r
                             WHERE r.destination OPERATOR(pg_catalog.=) x.destination
-                              AND r.aggregate_id OPERATOR(pg_catalog.=) x.aggregate_id),
+                              AND r.aggregate_id OPERATOR(pg_catalog.=) x.ordering_key),
                           '00000000-0000-0000-0000-000000000000'::pg_catalog.uuid))
        ) AS d ON true
  WHERE dst.options OPERATOR(pg_catalog.->>) 'ordering' OPERATOR(pg_catalog.=) 'aggregate'
@@ -131,7 +139,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'destination "%" does not exist', release_aggregate.destination
             USING ERRCODE = 'undefined_object',
-                  HINT = 'See outbox.blocked_aggregates for the aggregates that wait.';
+                  HINT = 'Blocked aggregates are listed in outbox.blocked_aggregates.';
     END IF;
     SELECT r.released_through INTO previous FROM outbox.aggregate_releases AS r
      WHERE r.destination OPERATOR(pg_catalog.=) release_aggregate.destination
@@ -140,7 +148,7 @@ BEGIN
     previous := COALESCE(previous, '00000000-0000-0000-0000-000000000000');
     SELECT e.id INTO through FROM outbox.events AS e
      WHERE e.destination OPERATOR(pg_catalog.=) release_aggregate.destination
-       AND e.aggregate_id OPERATOR(pg_catalog.=) release_aggregate.aggregate_id
+       AND e.ordering_key OPERATOR(pg_catalog.=) release_aggregate.aggregate_id
        AND e.status OPERATOR(pg_catalog.=) 'dead'
      ORDER BY e.id DESC LIMIT 1;
     IF through IS NULL OR through OPERATOR(pg_catalog.<=) previous THEN
@@ -148,7 +156,7 @@ BEGIN
     END IF;
     SELECT pg_catalog.count(*) INTO released FROM outbox.events AS e
      WHERE e.destination OPERATOR(pg_catalog.=) release_aggregate.destination
-       AND e.aggregate_id OPERATOR(pg_catalog.=) release_aggregate.aggregate_id
+       AND e.ordering_key OPERATOR(pg_catalog.=) release_aggregate.aggregate_id
        AND e.status OPERATOR(pg_catalog.=) 'dead'
        AND e.id OPERATOR(pg_catalog.>) previous
        AND e.id OPERATOR(pg_catalog.<=) through;

@@ -82,7 +82,8 @@ const char *const OutboxEventColumnNames[EV_NATTS + 1] = {
 	"published_at",
 	"last_status",
 	"last_error",
-	"leased_until"
+	"leased_until",
+	"ordering_key"
 };
 
 static OutboxRoute *routes = NULL;

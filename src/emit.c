@@ -159,6 +159,7 @@ outbox_emit(PG_FUNCTION_ARGS)
 	TimestampTz now;
 	TimestampTz next_attempt_at;
 	pg_uuid_t  *id;
+	bool		ordered;
 	Datum		values[EV_NATTS];
 	bool		nulls[EV_NATTS];
 
@@ -257,7 +258,9 @@ outbox_emit(PG_FUNCTION_ARGS)
 	 * aggregate, so that commit order is emit order (see ordering.c).  The
 	 * id, which orders the aggregate, is generated after the wait.
 	 */
-	if (destination && aggregate_id && OutboxDestinationIsOrdered(destination))
+	ordered = (destination && aggregate_id &&
+			   OutboxDestinationIsOrdered(destination));
+	if (ordered)
 		OutboxLockAggregate(destination, aggregate_id);
 
 	id = palloc(sizeof(pg_uuid_t));
@@ -283,6 +286,8 @@ outbox_emit(PG_FUNCTION_ARGS)
 	SET_COL(EV_ATTEMPTS, Int32GetDatum(0));
 	SET_COL(EV_NEXT_ATTEMPT_AT, TimestampTzGetDatum(next_attempt_at));
 	SET_COL(EV_CREATED_AT, TimestampTzGetDatum(now));
+	if (ordered)
+		SET_COL(EV_ORDERING_KEY, PG_GETARG_DATUM(ARG_AGGREGATE_ID));
 #undef SET_COL
 
 	emit_insert(cfg->events_relid, cfg->events_natts, values, nulls);

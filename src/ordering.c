@@ -10,6 +10,13 @@
  * dead-lettered and not released.  Other aggregates keep flowing, on every
  * relay worker.  Events without an aggregate_id are not ordered.
  *
+ * emit() marks an event of an ordered destination by copying its
+ * aggregate id into ordering_key; only marked events are ordered, and only
+ * they enter the index the lease probes (events_ordering_idx), so events of
+ * unordered destinations pay nothing for the feature.  Switching ordering
+ * on applies to events emitted from then on; switching it off takes effect
+ * at the next lease.
+ *
  * Emit order of an aggregate is the order of its message ids: ids are
  * UUIDv7, strictly increasing within a backend, and the lock below makes
  * the emits of one aggregate from different backends happen one after the
@@ -17,7 +24,7 @@
  * time between two such commits).
  *
  * The lease (store.c, lease_sql) takes only the head of each aggregate:
- * the pending row with no earlier pending row of the same aggregate.
+ * the pending row with no earlier pending row of the same ordering_key.
  *
  *	- Several workers: a worker can only take row 2 of an aggregate when
  *	  its snapshot no longer shows row 1 as pending, i.e. after row 1's

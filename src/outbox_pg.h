@@ -71,7 +71,8 @@ typedef enum OutboxEventColumn
 	EV_LAST_STATUS,
 	EV_LAST_ERROR,
 	EV_LEASED_UNTIL,			/* 0.2.0 */
-	EV_NATTS = EV_LEASED_UNTIL
+	EV_ORDERING_KEY,			/* 0.2.0 */
+	EV_NATTS = EV_ORDERING_KEY
 } OutboxEventColumn;
 
 extern const char *const OutboxEventColumnNames[EV_NATTS + 1];

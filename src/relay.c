@@ -6,8 +6,9 @@
  * Protocol (at-least-once):
  *
  *	1. Lease, in a short transaction: outbox._lease() picks due pending
- *	   rows of one destination with FOR UPDATE SKIP LOCKED, counts the
- *	   attempt and pushes next_attempt_at out by the lease time, then the
+ *	   rows of one destination with FOR UPDATE SKIP LOCKED (only the head
+ *	   of each aggregate on an ordered destination, see ordering.c), counts
+ *	   the attempt and sets leased_until to the end of the lease, then the
  *	   transaction commits.  Other workers skip the rows while the
  *	   transaction runs and ignore them afterwards because they are no
  *	   longer due.  No transaction stays open while HTTP runs.

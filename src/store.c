@@ -58,8 +58,9 @@ PG_FUNCTION_INFO_V1(outbox_dead);
 /*
  * The lease.  Plain destinations: due rows in (next_attempt_at, id) order.
  * Ordered destinations (options.ordering = 'aggregate', see ordering.c):
- * only the head of each aggregate — the pending row with no earlier
- * pending row of the same (destination, aggregate_id) — and, under the
+ * among the rows emit() gave an ordering_key (the aggregate id), only the
+ * head of each aggregate — the pending row with no earlier pending row of
+ * the same (destination, ordering_key) — and, under the
  * 'block' policy, only when no unreleased dead row of the aggregate comes
  * before it.  A head in flight or waiting for a retry is not due, so its
  * aggregate contributes nothing.  The two flags are InitPlans, evaluated
@@ -80,11 +81,11 @@ static const char *lease_sql =
 "           AND (NOT (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'"
 "                                                OPERATOR(pg_catalog.=) 'aggregate', false)"
 "                       FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $3)"
-"                OR c.aggregate_id IS NULL"
+"                OR c.ordering_key IS NULL"
 "                OR (NOT EXISTS ("
 "                       SELECT 1 FROM outbox.events AS p"
 "                        WHERE p.destination OPERATOR(pg_catalog.=) $3"
-"                          AND p.aggregate_id OPERATOR(pg_catalog.=) c.aggregate_id"
+"                          AND p.ordering_key OPERATOR(pg_catalog.=) c.ordering_key"
 "                          AND p.status OPERATOR(pg_catalog.=) 'pending'"
 "                          AND p.id OPERATOR(pg_catalog.<) c.id)"
 "                    AND (NOT (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'on_dead',"
@@ -93,13 +94,13 @@ static const char *lease_sql =
 "                         OR NOT EXISTS ("
 "                            SELECT 1 FROM outbox.events AS x"
 "                             WHERE x.destination OPERATOR(pg_catalog.=) $3"
-"                               AND x.aggregate_id OPERATOR(pg_catalog.=) c.aggregate_id"
+"                               AND x.ordering_key OPERATOR(pg_catalog.=) c.ordering_key"
 "                               AND x.status OPERATOR(pg_catalog.=) 'dead'"
 "                               AND x.id OPERATOR(pg_catalog.<) c.id"
 "                               AND x.id OPERATOR(pg_catalog.>) COALESCE("
 "                                     (SELECT r.released_through FROM outbox.aggregate_releases AS r"
 "                                       WHERE r.destination OPERATOR(pg_catalog.=) $3"
-"                                         AND r.aggregate_id OPERATOR(pg_catalog.=) c.aggregate_id),"
+"                                         AND r.aggregate_id OPERATOR(pg_catalog.=) c.ordering_key),"
 "                                     '00000000-0000-0000-0000-000000000000'::pg_catalog.uuid)))))"
 "         ORDER BY c.next_attempt_at, c.id"
 "         LIMIT $1"

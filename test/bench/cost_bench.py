@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import tempfile
 
-BIN = "/usr/lib/postgresql/15/bin"
+BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
 N = int(os.environ.get("BENCH_CALLS", "3000"))
 PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benchmark payment"}'
 

@@ -22,7 +22,8 @@ cluster, side by side in one run:
 
 Environment: PG_BIN (bin directory of the PostgreSQL to use), BENCH_EVENTS
 (100000), BENCH_ROUNDS (2), BENCH_WORKERS (2), STEADY_EVENTS (1000000),
-STEADY_RATE (4000), STEADY_RETENTION (5).  A benchmark, not a test.
+STEADY_RATE (4000), STEADY_RETENTION (5), STEADY_NAPTIME (autovacuum_naptime
+in seconds, 10; the server default of 60 lets dead rows pile up at this rate).  A benchmark, not a test.
 """
 import os
 import shutil
@@ -43,6 +44,7 @@ WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
 STEADY_EVENTS = int(os.environ.get("STEADY_EVENTS", "1000000"))
 STEADY_RATE = int(os.environ.get("STEADY_RATE", "4000"))
 STEADY_RETENTION = int(os.environ.get("STEADY_RETENTION", "5"))
+STEADY_NAPTIME = int(os.environ.get("STEADY_NAPTIME", "10"))
 AGGREGATES = 1000
 
 
@@ -219,7 +221,8 @@ def bench_steady(cur, dsn, url):
     final = table_stats(cur)
     print()
     print(f"(b) Steady state — {STEADY_EVENTS} events emitted at a target of {STEADY_RATE}/s (100 per transaction, "
-          f"1,000 aggregates), relayed to nginx, outbox.retention = {STEADY_RETENTION}s, {WORKERS} workers")
+          f"1,000 aggregates), relayed to nginx, outbox.retention = {STEADY_RETENTION}s, "
+          f"autovacuum_naptime = {STEADY_NAPTIME}s, {WORKERS} workers")
     print()
     print(f"achieved emit rate {STEADY_EVENTS / emit_elapsed:.0f}/s (emitter at most {behind:.1f} s behind schedule); "
           f"all delivered after {drain_elapsed:.0f} s; most pending seen {samples.get('max_pending', 0)}")
@@ -240,7 +243,8 @@ def main():
         os.chmod(tmp, 0o777)
         nginx_port = start_nginx(tmp)
         url = f"http://127.0.0.1:{nginx_port}/hook"
-        extra = f"outbox.retention = '{STEADY_RETENTION}s'\noutbox.retention_batch = 5000" if b == "steady" else "outbox.retention = -1"
+        extra = (f"outbox.retention = '{STEADY_RETENTION}s'\noutbox.retention_batch = 5000\n"
+                 f"autovacuum_naptime = '{STEADY_NAPTIME}s'") if b == "steady" else "outbox.retention = -1"
         data, dsn = start_cluster(tmp, extra)
         try:
             conn = psycopg2.connect(dsn)
