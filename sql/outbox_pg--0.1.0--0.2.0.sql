@@ -385,34 +385,9 @@ $$;
 
 -- Dead letters: make one pending again with fresh attempts, or delete it.
 -- Unknown ids are 42704; messages that are not dead are 55000.
-CREATE FUNCTION inbox.redrive(message_id pg_catalog.text)
+CREATE FUNCTION inbox._lock_dead(message_id pg_catalog.text, hint pg_catalog.text)
 RETURNS void
 LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    st pg_catalog.text;
-BEGIN
-    SELECT m.status INTO st FROM inbox.messages AS m
-     WHERE m.id OPERATOR(pg_catalog.=) $1 FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'inbox message "%" does not exist', $1 USING ERRCODE = '42704';
-    END IF;
-    IF st OPERATOR(pg_catalog.<>) 'dead' THEN
-        RAISE EXCEPTION 'inbox message "%" is not dead', $1
-            USING ERRCODE = '55000', DETAIL = pg_catalog.format('Its status is %s.', st);
-    END IF;
-    UPDATE inbox.messages AS m
-       SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now()
-     WHERE m.id OPERATOR(pg_catalog.=) $1;
-END
-$$;
-
-CREATE FUNCTION inbox.purge(message_id pg_catalog.text)
-RETURNS void
-LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -426,8 +401,33 @@ BEGIN
     IF st OPERATOR(pg_catalog.<>) 'dead' THEN
         RAISE EXCEPTION 'inbox message "%" is not dead', $1
             USING ERRCODE = '55000', DETAIL = pg_catalog.format('Its status is %s.', st),
-                  HINT = 'Only dead letters are purged; processed messages go by retention.';
+                  HINT = $2;
     END IF;
+END
+$$;
+
+CREATE FUNCTION inbox.redrive(message_id pg_catalog.text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM inbox._lock_dead($1, 'Only dead letters are redriven; pending messages are retried by the worker.');
+    UPDATE inbox.messages AS m
+       SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now()
+     WHERE m.id OPERATOR(pg_catalog.=) $1;
+END
+$$;
+
+CREATE FUNCTION inbox.purge(message_id pg_catalog.text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM inbox._lock_dead($1, 'Only dead letters are purged; processed messages go by retention.');
     DELETE FROM inbox.messages AS m WHERE m.id OPERATOR(pg_catalog.=) $1;
 END
 $$;

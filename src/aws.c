@@ -100,19 +100,6 @@ OutboxAwsErrorIsConfig(const char *code)
 	return code_in(code, config_codes, lengthof(config_codes));
 }
 
-struct curl_slist *
-OutboxAddHeader(struct curl_slist *list, const char *line)
-{
-	struct curl_slist *grown = curl_slist_append(list, line);
-
-	/* on failure the caller still owns (and frees) the old list */
-	if (grown == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	return grown;
-}
-
 /*
  * Have curl sign the request: service "sns" or "sqs".  Adds the session
  * token header when there is one.
@@ -272,4 +259,84 @@ OutboxAwsClassifyError(BrokerBatch *batch, HttpRequest *req,
 					 code ? code : "error", message ? message : "");
 	for (int i = 0; i < batch->nmsgs; i++)
 		OutboxBrokerDecide(batch->msgs[i], outcome, status, error);
+}
+
+/*
+ * The String message attributes of a message, as (name, value) pairs, the
+ * same for SNS and SQS: event type, message id, and the aggregate id and
+ * trace context when present.  Returns how many there are (at most
+ * AWS_MAX_ATTRIBUTES).
+ */
+int
+OutboxAwsAttributes(const BrokerMessage *msg,
+					const char *names[AWS_MAX_ATTRIBUTES],
+					const char *values[AWS_MAX_ATTRIBUTES])
+{
+	int			n = 0;
+
+	names[n] = "event_type";
+	values[n++] = msg->type;
+	names[n] = "message_id";
+	values[n++] = msg->id;
+	if (msg->aggregate_id && msg->aggregate_id[0])
+	{
+		names[n] = "aggregate_id";
+		values[n++] = msg->aggregate_id;
+	}
+	if (msg->traceparent && msg->traceparent[0])
+	{
+		names[n] = "traceparent";
+		values[n++] = msg->traceparent;
+	}
+	return n;
+}
+
+/*
+ * The size AWS counts against its message limit: the body plus every
+ * attribute's name, type ("String") and value.
+ */
+size_t
+OutboxAwsMessageSize(const BrokerMessage *msg)
+{
+	const char *names[AWS_MAX_ATTRIBUTES];
+	const char *values[AWS_MAX_ATTRIBUTES];
+	int			n = OutboxAwsAttributes(msg, names, values);
+	size_t		size = strlen(msg->payload);
+
+	for (int i = 0; i < n; i++)
+		size += strlen(names[i]) + strlen("String") + strlen(values[i]);
+	return size;
+}
+
+/*
+ * Finish an AWS request: its headers (no empty header, no spaces inside
+ * values: see the notes at the top), the SigV4 signature and the body.
+ * target may be NULL.  The header list is freed on error.
+ */
+void
+OutboxAwsRequest(const BrokerTarget *t, const char *service,
+				 const char *content_type, const char *target,
+				 StringInfo body, HttpRequest *req)
+{
+	struct curl_slist *volatile h = NULL;
+
+	PG_TRY();
+	{
+		h = OutboxAddHeader(h, content_type);
+		if (target != NULL)
+			h = OutboxAddHeader(h, target);
+		OutboxAwsSign(t, service, req, (struct curl_slist **) &h);
+	}
+	PG_CATCH();
+	{
+		if (h)
+			curl_slist_free_all(h);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	req->url = t->url;
+	req->headers = h;
+	req->body = body->data;
+	req->body_len = body->len;
 }

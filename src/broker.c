@@ -170,12 +170,12 @@ OutboxBrokerCheck(const BrokerTarget *t, BrokerMessage *msg)
 	switch (t->kind)
 	{
 		case BROKER_SNS:
-			size = OutboxSnsMessageSize(t, msg);
+			size = OutboxAwsMessageSize(msg);
 			limit = OUTBOX_SNS_MAX_BYTES;
 			service = "SNS";
 			break;
 		case BROKER_SQS:
-			size = OutboxSqsMessageSize(t, msg);
+			size = OutboxAwsMessageSize(msg);
 			limit = OUTBOX_SQS_MAX_BYTES;
 			service = "SQS";
 			break;
@@ -218,8 +218,7 @@ OutboxBrokerBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
 	/* as many as fit the count and the batch's total size limit */
 	while (k < n && k < t->batch_size)
 	{
-		size_t		size = (t->kind == BROKER_SNS) ?
-			OutboxSnsMessageSize(t, msgs[k]) : OutboxSqsMessageSize(t, msgs[k]);
+		size_t		size = OutboxAwsMessageSize(msgs[k]);
 
 		if (k > 0 && total + size > limit)
 			break;
@@ -271,4 +270,28 @@ OutboxBrokerClassify(BrokerBatch *batch, HttpRequest *req)
 	for (int i = 0; i < batch->nmsgs; i++)
 		OutboxBrokerDecide(batch->msgs[i], OUTCOME_RETRY, req->status,
 						   "the response gave no result for this message");
+}
+
+/*
+ * Append value percent-encoded as RFC 3986 wants it for a form value or a
+ * path segment: everything but the unreserved characters becomes %XX.
+ */
+void
+OutboxAppendPercentEncoded(StringInfo buf, const char *value)
+{
+	static const char hex[] = "0123456789ABCDEF";
+
+	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
+	{
+		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+			(*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
+			*p == '.' || *p == '~')
+			appendStringInfoChar(buf, (char) *p);
+		else
+		{
+			appendStringInfoChar(buf, '%');
+			appendStringInfoChar(buf, hex[*p >> 4]);
+			appendStringInfoChar(buf, hex[*p & 0x0f]);
+		}
+	}
 }

@@ -505,3 +505,19 @@ HttpClientWait(HttpClient *client, long timeout_ms, bool *latch_set)
 	client->done_head = client->done_tail = NULL;
 	return done;
 }
+
+/*
+ * Append a "Name: value" line to a curl header list.  On failure the
+ * caller still owns (and frees) the old list.
+ */
+struct curl_slist *
+OutboxAddHeader(struct curl_slist *list, const char *line)
+{
+	struct curl_slist *grown = curl_slist_append(list, line);
+
+	if (grown == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	return grown;
+}

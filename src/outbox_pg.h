@@ -243,6 +243,8 @@ extern void HttpClientStart(HttpClient *client, HttpRequest *req);
 extern HttpRequest *HttpClientWait(HttpClient *client, long timeout_ms,
 								   bool *latch_set);
 extern int	HttpClientRunning(HttpClient *client);
+extern struct curl_slist *OutboxAddHeader(struct curl_slist *list,
+										  const char *line);
 extern void HttpClientSkip(HttpClient *client, HttpRequest *req);
 
 /* store.c */
@@ -388,6 +390,7 @@ extern int	OutboxBrokerBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
 extern void OutboxBrokerClassify(BrokerBatch *batch, HttpRequest *req);
 extern void OutboxBrokerDecide(BrokerMessage *msg, DeliveryOutcome outcome,
 							   int status, const char *error);
+extern void OutboxAppendPercentEncoded(StringInfo buf, const char *value);
 
 /* aws.c */
 extern void OutboxAwsSign(const BrokerTarget *t, const char *service,
@@ -400,17 +403,21 @@ extern bool OutboxAwsErrorIsTransient(const char *code);
 extern bool OutboxAwsErrorIsConfig(const char *code);
 extern void OutboxAwsClassifyError(BrokerBatch *batch, HttpRequest *req,
 								   const char *code, const char *message);
-extern struct curl_slist *OutboxAddHeader(struct curl_slist *list,
-										  const char *line);
+#define AWS_MAX_ATTRIBUTES		4
+extern int	OutboxAwsAttributes(const BrokerMessage *msg,
+								const char *names[AWS_MAX_ATTRIBUTES],
+								const char *values[AWS_MAX_ATTRIBUTES]);
+extern size_t OutboxAwsMessageSize(const BrokerMessage *msg);
+extern void OutboxAwsRequest(const BrokerTarget *t, const char *service,
+							 const char *content_type, const char *target,
+							 StringInfo body, HttpRequest *req);
 
 /* sns.c */
-extern size_t OutboxSnsMessageSize(const BrokerTarget *t, const BrokerMessage *msg);
 extern void OutboxSnsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
 						   HttpRequest *req, BrokerBatch *batch);
 extern void OutboxSnsClassify(BrokerBatch *batch, HttpRequest *req);
 
 /* sqs.c */
-extern size_t OutboxSqsMessageSize(const BrokerTarget *t, const BrokerMessage *msg);
 extern void OutboxSqsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
 						   HttpRequest *req, BrokerBatch *batch);
 extern void OutboxSqsClassify(BrokerBatch *batch, HttpRequest *req);

@@ -48,26 +48,6 @@
 
 #include "outbox_pg.h"
 
-static void
-append_path_segment(StringInfo buf, const char *value)
-{
-	static const char hex[] = "0123456789ABCDEF";
-
-	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
-	{
-		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-			(*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
-			*p == '.' || *p == '~')
-			appendStringInfoChar(buf, (char) *p);
-		else
-		{
-			appendStringInfoChar(buf, '%');
-			appendStringInfoChar(buf, hex[*p >> 4]);
-			appendStringInfoChar(buf, hex[*p & 0x0f]);
-		}
-	}
-}
-
 /* The routing key template with {type}, {aggregate_id}, {destination}. */
 static char *
 rabbit_routing_key(const BrokerTarget *t, const BrokerMessage *msg)
@@ -113,9 +93,9 @@ OutboxRabbitBuild(const BrokerTarget *t, BrokerMessage *msg,
 	initStringInfo(&url);
 	appendBinaryStringInfo(&url, t->url, base_len);
 	appendStringInfoString(&url, "/api/exchanges/");
-	append_path_segment(&url, t->vhost);
+	OutboxAppendPercentEncoded(&url, t->vhost);
 	appendStringInfoChar(&url, '/');
-	append_path_segment(&url, t->exchange);
+	OutboxAppendPercentEncoded(&url, t->exchange);
 	appendStringInfoString(&url, "/publish");
 
 	initStringInfo(&body);

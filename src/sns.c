@@ -50,79 +50,21 @@
 
 #define SNS_API_VERSION "2010-03-31"
 
-/* RFC 3986 percent-encoding of a form value */
-static void
-append_encoded(StringInfo buf, const char *value)
-{
-	static const char hex[] = "0123456789ABCDEF";
-
-	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
-	{
-		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-			(*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
-			*p == '.' || *p == '~')
-			appendStringInfoChar(buf, (char) *p);
-		else
-		{
-			appendStringInfoChar(buf, '%');
-			appendStringInfoChar(buf, hex[*p >> 4]);
-			appendStringInfoChar(buf, hex[*p & 0x0f]);
-		}
-	}
-}
-
 static void
 append_param(StringInfo buf, const char *prefix, const char *name,
 			 const char *value)
 {
 	appendStringInfo(buf, "&%s%s=", prefix, name);
-	append_encoded(buf, value);
-}
-
-/* The String attributes of a message, as (name, value) pairs. */
-static int
-sns_attributes(const BrokerMessage *msg, const char *names[4],
-			   const char *values[4])
-{
-	int			n = 0;
-
-	names[n] = "event_type";
-	values[n++] = msg->type;
-	names[n] = "message_id";
-	values[n++] = msg->id;
-	if (msg->aggregate_id && msg->aggregate_id[0])
-	{
-		names[n] = "aggregate_id";
-		values[n++] = msg->aggregate_id;
-	}
-	if (msg->traceparent && msg->traceparent[0])
-	{
-		names[n] = "traceparent";
-		values[n++] = msg->traceparent;
-	}
-	return n;
-}
-
-size_t
-OutboxSnsMessageSize(const BrokerTarget *t, const BrokerMessage *msg)
-{
-	const char *names[4];
-	const char *values[4];
-	int			n = sns_attributes(msg, names, values);
-	size_t		size = strlen(msg->payload);
-
-	for (int i = 0; i < n; i++)
-		size += strlen(names[i]) + strlen("String") + strlen(values[i]);
-	return size;
+	OutboxAppendPercentEncoded(buf, value);
 }
 
 static void
 sns_append_entry(StringInfo buf, const BrokerTarget *t,
 				 const BrokerMessage *msg, const char *prefix)
 {
-	const char *names[4];
-	const char *values[4];
-	int			n = sns_attributes(msg, names, values);
+	const char *names[AWS_MAX_ATTRIBUTES];
+	const char *values[AWS_MAX_ATTRIBUTES];
+	int			n = OutboxAwsAttributes(msg, names, values);
 
 	append_param(buf, prefix, "Message", msg->payload);
 	for (int i = 0; i < n; i++)
@@ -146,7 +88,6 @@ OutboxSnsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
 			   HttpRequest *req, BrokerBatch *batch)
 {
 	StringInfoData body;
-	struct curl_slist *h = NULL;
 
 	initStringInfo(&body);
 	appendStringInfoString(&body, n > 1 ? "Action=PublishBatch" : "Action=Publish");
@@ -169,24 +110,8 @@ OutboxSnsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
 	batch->nmsgs = n;
 	batch->batch_call = (n > 1);
 
-	PG_TRY();
-	{
-		/* no empty header, no spaces inside values: see aws.c */
-		h = OutboxAddHeader(h, "Content-Type: application/x-www-form-urlencoded");
-		OutboxAwsSign(t, "sns", req, &h);
-	}
-	PG_CATCH();
-	{
-		if (h)
-			curl_slist_free_all(h);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	req->url = t->url;
-	req->headers = h;
-	req->body = body.data;
-	req->body_len = body.len;
+	OutboxAwsRequest(t, "sns", "Content-Type: application/x-www-form-urlencoded",
+					 NULL, &body, req);
 }
 
 /*

@@ -48,50 +48,14 @@
 
 #include "outbox_pg.h"
 
-static int
-sqs_attributes(const BrokerMessage *msg, const char *names[4],
-			   const char *values[4])
-{
-	int			n = 0;
-
-	names[n] = "event_type";
-	values[n++] = msg->type;
-	names[n] = "message_id";
-	values[n++] = msg->id;
-	if (msg->aggregate_id && msg->aggregate_id[0])
-	{
-		names[n] = "aggregate_id";
-		values[n++] = msg->aggregate_id;
-	}
-	if (msg->traceparent && msg->traceparent[0])
-	{
-		names[n] = "traceparent";
-		values[n++] = msg->traceparent;
-	}
-	return n;
-}
-
-size_t
-OutboxSqsMessageSize(const BrokerTarget *t, const BrokerMessage *msg)
-{
-	const char *names[4];
-	const char *values[4];
-	int			n = sqs_attributes(msg, names, values);
-	size_t		size = strlen(msg->payload);
-
-	for (int i = 0; i < n; i++)
-		size += strlen(names[i]) + strlen("String") + strlen(values[i]);
-	return size;
-}
-
 /* The members of one message (without braces), after "Id" if any. */
 static void
 sqs_append_message(StringInfo buf, const BrokerTarget *t,
 				   const BrokerMessage *msg)
 {
-	const char *names[4];
-	const char *values[4];
-	int			n = sqs_attributes(msg, names, values);
+	const char *names[AWS_MAX_ATTRIBUTES];
+	const char *values[AWS_MAX_ATTRIBUTES];
+	int			n = OutboxAwsAttributes(msg, names, values);
 
 	appendStringInfoString(buf, "\"MessageBody\":");
 	escape_json(buf, msg->payload);
@@ -120,7 +84,6 @@ OutboxSqsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
 			   HttpRequest *req, BrokerBatch *batch)
 {
 	StringInfoData body;
-	struct curl_slist *h = NULL;
 
 	initStringInfo(&body);
 	appendStringInfoString(&body, "{\"QueueUrl\":");
@@ -151,26 +114,10 @@ OutboxSqsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
 	batch->nmsgs = n;
 	batch->batch_call = (n > 1);
 
-	PG_TRY();
-	{
-		/* no empty header, no spaces inside values: see aws.c */
-		h = OutboxAddHeader(h, "Content-Type: application/x-amz-json-1.0");
-		h = OutboxAddHeader(h, n > 1 ? "X-Amz-Target: AmazonSQS.SendMessageBatch" :
-							"X-Amz-Target: AmazonSQS.SendMessage");
-		OutboxAwsSign(t, "sqs", req, &h);
-	}
-	PG_CATCH();
-	{
-		if (h)
-			curl_slist_free_all(h);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	req->url = t->url;
-	req->headers = h;
-	req->body = body.data;
-	req->body_len = body.len;
+	OutboxAwsRequest(t, "sqs", "Content-Type: application/x-amz-json-1.0",
+					 n > 1 ? "X-Amz-Target: AmazonSQS.SendMessageBatch" :
+					 "X-Amz-Target: AmazonSQS.SendMessage",
+					 &body, req);
 }
 
 /*

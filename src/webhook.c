@@ -63,28 +63,13 @@ append_percent_encoded(StringInfo buf, const char *value)
 	}
 }
 
-static struct curl_slist *
-add_header(struct curl_slist *list, const char *line)
-{
-	struct curl_slist *grown = curl_slist_append(list, line);
-
-	/* on failure the caller still owns (and frees) the old list */
-	if (grown == NULL)
-	{
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	}
-	return grown;
-}
-
 /* "name: value", copied by curl */
 static struct curl_slist *
 add_header_value(struct curl_slist *list, const char *name, const char *value)
 {
 	char	   *line = psprintf("%s: %s", name, value);
 
-	list = add_header(list, line);
+	list = OutboxAddHeader(list, line);
 	pfree(line);
 	return list;
 }
@@ -97,7 +82,7 @@ add_ce_header(struct curl_slist *list, const char *name, const char *value)
 	initStringInfo(&line);
 	appendStringInfo(&line, "%s: ", name);
 	append_percent_encoded(&line, value);
-	list = add_header(list, line.data);
+	list = OutboxAddHeader(list, line.data);
 	pfree(line.data);
 	return list;
 }
@@ -203,11 +188,11 @@ OutboxBuildWebhook(const WebhookEvent *ev, const WebhookTarget *t,
 	PG_TRY();
 	{
 		if (t->structured)
-			h = add_header(h, "Content-Type: application/cloudevents+json; charset=utf-8");
+			h = OutboxAddHeader(h, "Content-Type: application/cloudevents+json; charset=utf-8");
 		else
 		{
-			h = add_header(h, "Content-Type: application/json");
-			h = add_header(h, "ce-specversion: 1.0");
+			h = OutboxAddHeader(h, "Content-Type: application/json");
+			h = OutboxAddHeader(h, "ce-specversion: 1.0");
 			h = add_ce_header(h, "ce-id", ev->id);
 			h = add_ce_header(h, "ce-type", ev->type);
 			h = add_ce_header(h, "ce-source", t->source);
@@ -241,11 +226,11 @@ OutboxBuildWebhook(const WebhookEvent *ev, const WebhookTarget *t,
 			h = add_header_value(h, "Authorization", bearer);
 		}
 		foreach(lc, t->headers)
-			h = add_header(h, (char *) lfirst(lc));
+			h = OutboxAddHeader(h, (char *) lfirst(lc));
 		foreach(lc, ev->extra_headers)
-			h = add_header(h, (char *) lfirst(lc));
+			h = OutboxAddHeader(h, (char *) lfirst(lc));
 		/* no 100-continue round trip */
-		h = add_header(h, "Expect:");
+		h = OutboxAddHeader(h, "Expect:");
 	}
 	PG_CATCH();
 	{
