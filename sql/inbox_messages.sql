@@ -134,6 +134,13 @@ SELECT try($$SELECT inbox.register_handler('evil', 'handle_paid(inbox.messages)'
 SELECT try($$SELECT inbox.redrive('im-1')$$);
 SELECT try($$SELECT * FROM inbox._lease(10, '1 minute')$$);
 RESET ROLE;
+-- a role that may write inbox.handlers still cannot have another role's
+-- function run as that role
+GRANT INSERT ON inbox.handlers TO regress_inbox_app;
+SET ROLE regress_inbox_app;
+SELECT try($$INSERT INTO inbox.handlers (pattern, function) VALUES ('evil', 'handle_paid(inbox.messages)')$$);
+RESET ROLE;
+REVOKE INSERT ON inbox.handlers FROM regress_inbox_app;
 SET ROLE regress_inbox_nobody;
 SELECT try($$SELECT inbox.receive('priv-im-2', 'order.paid', '{}')$$);
 RESET ROLE;

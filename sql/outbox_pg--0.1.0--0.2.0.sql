@@ -126,7 +126,7 @@ COMMENT ON VIEW outbox.blocked_aggregates IS
 CREATE FUNCTION outbox.release_aggregate(destination pg_catalog.text,
                                          aggregate_id pg_catalog.text)
 RETURNS pg_catalog.int8
-LANGUAGE plpgsql VOLATILE STRICT
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -160,11 +160,13 @@ BEGIN
        AND e.status OPERATOR(pg_catalog.=) 'dead'
        AND e.id OPERATOR(pg_catalog.>) previous
        AND e.id OPERATOR(pg_catalog.<=) through;
-    INSERT INTO outbox.aggregate_releases AS r (destination, aggregate_id, released_through)
-    VALUES (release_aggregate.destination, release_aggregate.aggregate_id, through)
+    -- SECURITY DEFINER: record who asked (session_user), not the owner
+    INSERT INTO outbox.aggregate_releases AS r (destination, aggregate_id, released_through, released_by)
+    VALUES (release_aggregate.destination, release_aggregate.aggregate_id, through, SESSION_USER)
     ON CONFLICT ON CONSTRAINT aggregate_releases_pkey
     DO UPDATE SET released_through = excluded.released_through,
-                  released_at = pg_catalog.now(), released_by = CURRENT_USER;
+                  released_at = pg_catalog.now(), released_by = SESSION_USER;
+    PERFORM outbox._wake();
     RETURN released;
 END
 $$;
@@ -273,6 +275,15 @@ BEGIN
                   DETAIL = 'A handler is a function (not a procedure, not returning a set) with exactly one argument of type inbox.messages.',
                   HINT = 'Declare it as CREATE FUNCTION name(message inbox.messages) RETURNS void ...';
     END IF;
+    -- the worker runs a handler as its function's owner: only that owner
+    -- (or a member of its role) may have it run on received messages
+    IF NOT pg_catalog.pg_has_role(CURRENT_USER, p.proowner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied to register function % as an inbox handler', NEW.function
+            USING ERRCODE = '42501',
+                  DETAIL = pg_catalog.format('A handler runs as the owner of its function, %s.',
+                                             pg_catalog.pg_get_userbyid(p.proowner)),
+                  HINT = 'Register functions owned by your role, or ask a member of the owning role.';
+    END IF;
     RETURN NEW;
 END
 $$;
@@ -281,11 +292,11 @@ CREATE TRIGGER handlers_check
     BEFORE INSERT OR UPDATE ON inbox.handlers
     FOR EACH ROW EXECUTE FUNCTION inbox._check_handler();
 
--- pg_dump keeps the handlers and every message not processed yet (a
--- processed message only matters for deduplication until retention).
+-- pg_dump keeps the handlers and every message, processed ones included:
+-- until retention removes them they are the record that makes a broker's
+-- redelivery after a restore a duplicate (like inbox.claims).
 SELECT pg_catalog.pg_extension_config_dump('inbox.handlers', '');
-SELECT pg_catalog.pg_extension_config_dump('inbox.messages',
-    'WHERE status OPERATOR(pg_catalog.<>) ''processed''');
+SELECT pg_catalog.pg_extension_config_dump('inbox.messages', '');
 SELECT pg_catalog.pg_extension_config_dump('inbox.messages_seq', '');
 
 -- Receive a message in the caller's transaction; true when new, false for
@@ -1164,9 +1175,9 @@ BEGIN
     END IF;
 
     known := CASE NEW.kind
-        WHEN 'sns' THEN ARRAY['topic_arn', 'region', 'fifo', 'message_group_key', 'batch_size', 'circuit_threshold']
-        WHEN 'sqs' THEN ARRAY['queue_url', 'region', 'fifo', 'message_group_key', 'batch_size', 'circuit_threshold']
-        ELSE ARRAY['vhost', 'exchange', 'routing_key', 'unroutable', 'circuit_threshold'] END;
+        WHEN 'sns' THEN ARRAY['topic_arn', 'region', 'fifo', 'message_group_key', 'batch_size', 'circuit_threshold', 'ordering', 'on_dead']
+        WHEN 'sqs' THEN ARRAY['queue_url', 'region', 'fifo', 'message_group_key', 'batch_size', 'circuit_threshold', 'ordering', 'on_dead']
+        ELSE ARRAY['vhost', 'exchange', 'routing_key', 'unroutable', 'circuit_threshold', 'ordering', 'on_dead'] END;
     FOR k IN SELECT pg_catalog.jsonb_object_keys(o) LOOP
         IF NOT (k OPERATOR(pg_catalog.=) ANY (known)) THEN
             RAISE EXCEPTION 'unknown option "%" for a destination of kind %', k, NEW.kind

@@ -257,6 +257,8 @@ http_host_allowed(const char *url, char *errbuf, size_t errlen)
 				allowed = true;
 		}
 	}
+	list_free(hosts);
+	pfree(raw);
 	if (!allowed)
 		snprintf(errbuf, errlen, "host \"%s\" is not in outbox.allowed_hosts", host);
 	curl_free(host);

@@ -322,6 +322,13 @@ inbox_call_handler(InboxMessage *msg)
 	/* on error, the subtransaction's abort restores both; see below */
 	if (outbox_inbox_handler_timeout > 0)
 		disable_timeout(STATEMENT_TIMEOUT, false);
+
+	/*
+	 * A timeout that fired just as the handler returned left a cancel
+	 * pending: take it here, inside the subtransaction, where it fails only
+	 * this message, not later in the batch where it would abort them all.
+	 */
+	CHECK_FOR_INTERRUPTS();
 	AtEOXact_GUC(false, save_nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 }

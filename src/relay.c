@@ -218,7 +218,8 @@ relay_prepare_plans(void)
 				   " d.max_attempts, d.backoff_base_ms, d.backoff_max_ms,"
 				   " extract(epoch FROM d.max_age)::float8, d.format, d.headers,"
 				   " d.signing_secrets, d.bearer_token, d.options ->> 'source',"
-				   " coalesce((d.options ->> 'circuit_threshold')::int4, 5),"
+				   " CASE WHEN (d.options ->> 'circuit_threshold') ~ '^[0-9]{1,6}$'"
+				   "      THEN (d.options ->> 'circuit_threshold')::int4 ELSE 5 END,"
 				   " d.kind, d.options, c.aws_access_key_id, c.aws_secret_access_key,"
 				   " c.aws_session_token, c.username, c.password"
 				   " FROM outbox.destinations AS d"
@@ -549,12 +550,14 @@ relay_completed(List *pending, HttpRequest *req)
 
 /*
  * Lease due events of every destination with free capacity and turn them
- * into requests (started after the commit).  Returns the events leased.
+ * into requests (started after the commit).  Each event is appended to
+ * *leased as soon as it exists and counts as in flight, so that if
+ * anything fails later in the cycle the error path finds and frees every
+ * one of them (their lease rolls back with the transaction).
  */
-static List *
-relay_lease(List *dests, bool *drained)
+static void
+relay_lease(List *dests, bool *drained, List **leased)
 {
-	List	   *leased = NIL;
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
 	int			lease_ms = 0;
@@ -639,7 +642,7 @@ relay_lease(List *dests, bool *drained)
 			 * memory; the list must outlive the transaction.
 			 */
 			old = MemoryContextSwitchTo(events_context);
-			leased = lappend(leased, ev);
+			*leased = lappend(*leased, ev);
 			if (ev->msg != NULL)
 				broker_events = lappend(broker_events, ev);
 			MemoryContextSwitchTo(old);
@@ -647,7 +650,6 @@ relay_lease(List *dests, bool *drained)
 		if (broker_events != NIL)
 			relay_broker_batches(d, broker_events);
 	}
-	return leased;
 }
 
 static void
@@ -800,8 +802,13 @@ relay_record(List *done)
 		if (outcome == OUTCOME_RETRY &&
 			(ev->attempts >= ev->max_attempts || ev->age_secs >= ev->max_age_secs))
 			outcome = OUTCOME_DEAD;
-		OutboxDestStatsRecordResult(ev->dest->stats, now, req->status, outcome,
-									req->duration_us);	/* ops */
+		/* ops: an event carried in another's request has that request's answer */
+		{
+			HttpRequest *sent = ev->carrier ? &ev->carrier->req : req;
+
+			OutboxDestStatsRecordResult(ev->dest->stats, now, relay_status(ev),
+										outcome, sent->duration_us);
+		}
 
 		switch (outcome)
 		{
@@ -915,6 +922,12 @@ OutboxRelayMain(Datum main_arg)
 	 * holds, and each cycle saves a disk flush.
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * The lease relies on READ COMMITTED (FOR UPDATE SKIP LOCKED with a
+	 * recheck of the row): never take a database's or role's default.
+	 */
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_OVERRIDE);
 	/* plan every lease with its real LIMIT and array sizes (see store.c) */
 	SetConfigOption("plan_cache_mode", "force_custom_plan", PGC_USERSET, PGC_S_OVERRIDE);
 	pg_prng_seed(&prng, (uint64) MyProcPid ^ (uint64) GetCurrentTimestamp());
@@ -994,7 +1007,6 @@ OutboxRelayMain(Datum main_arg)
 			{
 				bool		missing;
 				bool		drained = true;
-				ListCell   *lc;
 
 				relay_set_state(RELAY_WORKING, "leasing events");
 				if (relay_begin(&missing))
@@ -1014,7 +1026,7 @@ OutboxRelayMain(Datum main_arg)
 					if (my_slot->worker_number == 0)	/* ops: backlog warning */
 						OutboxOpsCheckBacklog(database_name);
 					MemoryContextSwitchTo(events_context);
-					leased = relay_lease(dests, &drained);
+					relay_lease(dests, &drained, (List **) &leased);
 					MemoryContextSwitchTo(cycle_context);
 				}
 				relay_commit();
@@ -1031,10 +1043,17 @@ OutboxRelayMain(Datum main_arg)
 							 errhint("Run CREATE EXTENSION outbox_pg in that database; a relay starts by itself after the first emit().")));
 					proc_exit(0);
 				}
-				foreach(lc, leased)
-					relay_start(lfirst(lc));
-				list_free(leased);
-				leased = NIL;
+				/*
+				 * Each event leaves the list as curl takes it, so an error
+				 * here never frees a request curl still uses.
+				 */
+				while (leased != NIL)
+				{
+					RelayEvent *ev = linitial(leased);
+
+					leased = list_delete_first(leased);
+					relay_start(ev);
+				}
 				need_lease = !drained;
 				if (drained)
 					last_poll = now;
