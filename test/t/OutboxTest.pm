@@ -89,6 +89,8 @@ sub sink_records
 	open(my $fh, '<', $sink->{log}) or return ();
 	while (my $line = <$fh>)
 	{
+		# the sink may be writing the last line right now: only whole lines
+		last unless $line =~ /\n\z/;
 		chomp $line;
 		push @records, decode_json($line) if $line ne '';
 	}
