@@ -18,6 +18,7 @@ use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
 use MIME::Base64 qw(encode_base64);
+use OutboxTest ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -114,20 +115,12 @@ sub stop_aws_sink
 	_wait_port($sink->{port}, 0);
 }
 
+# Every request the verifier received, in order (same log format as the
+# webhook sink's).
 sub aws_records
 {
 	my ($sink) = @_;
-	my @records;
-	open(my $fh, '<', $sink->{log}) or return ();
-	while (my $line = <$fh>)
-	{
-		# the sink may be writing the last line right now: only whole lines
-		last unless $line =~ /\n\z/;
-		chomp $line;
-		push @records, decode_json($line) if $line ne '';
-	}
-	close $fh;
-	return @records;
+	return OutboxTest::sink_records($sink);
 }
 
 # local-aws-sqs from npm, with the given queues ([name, fifo?] pairs).
