@@ -138,11 +138,7 @@ typedef struct InboxMessage
 } InboxMessage;
 
 /* The tables a cycle touches, in the order it locks them. */
-static const struct
-{
-	const char *name;
-	LOCKMODE	lockmode;
-}			inbox_tables[] =
+static const OutboxTableLock inbox_tables[] =
 {
 	{INBOX_MESSAGES_TABLE, RowExclusiveLock},
 	{INBOX_HANDLERS_TABLE, AccessShareLock},
@@ -242,17 +238,9 @@ inbox_begin(void)
 		elog(ERROR, "SPI_connect failed");
 	MemoryContextSwitchTo(inbox_context);
 
-	if (!OidIsValid(get_extension_oid("outbox_pg", true)))
+	if (!OidIsValid(get_extension_oid("outbox_pg", true)) ||
+		!OutboxLockTablesNoWait(INBOX_SCHEMA, inbox_tables, lengthof(inbox_tables)))
 		return false;
-	for (int i = 0; i < lengthof(inbox_tables); i++)
-	{
-		RangeVar   *rv = makeRangeVar(INBOX_SCHEMA, (char *) inbox_tables[i].name, -1);
-
-		if (!OidIsValid(RangeVarGetRelidExtended(rv, inbox_tables[i].lockmode,
-												 RVR_MISSING_OK | RVR_SKIP_LOCKED,
-												 NULL, NULL)))
-			return false;
-	}
 	inbox_prepare_plans();
 	MemoryContextSwitchTo(inbox_context);
 	return true;

@@ -248,8 +248,16 @@ extern struct curl_slist *OutboxAddHeader(struct curl_slist *list,
 extern void HttpClientSkip(HttpClient *client, HttpRequest *req);
 
 /* store.c */
+typedef struct OutboxTableLock
+{
+	const char *name;			/* table in the schema given with the array */
+	LOCKMODE	lockmode;
+} OutboxTableLock;
+
 extern SPIPlanPtr OutboxKeepPlan(SPIPlanPtr *plan, const char *sql,
 								 int nargs, Oid *argtypes);
+extern bool OutboxLockTablesNoWait(const char *schema,
+								   const OutboxTableLock *tables, int ntables);
 extern uint64 OutboxStoreLease(int batch_size, Interval *lease,
 							   const char *destination);
 extern uint64 OutboxStoreAck(Datum ids, Datum statuses);

@@ -177,11 +177,7 @@ static SPIPlanPtr destinations_plan = NULL;
 static SPIPlanPtr route_plan = NULL;
 
 /* The tables a relay cycle touches, in the order it locks them. */
-static const struct
-{
-	const char *name;
-	LOCKMODE	lockmode;
-}			relay_tables[] =
+static const OutboxTableLock relay_tables[] =
 {
 	{OUTBOX_EVENTS_TABLE, RowExclusiveLock},
 	{OUTBOX_DESTINATIONS_TABLE, AccessShareLock},
@@ -238,9 +234,6 @@ relay_prepare_plans(void)
 static bool
 relay_begin(bool *missing)
 {
-	RangeVar   *rv;
-	Oid			relid;
-
 	*missing = false;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -261,15 +254,8 @@ relay_begin(bool *missing)
 	 * EXTENSION (or an ALTER) holds one, skip this cycle instead of queueing
 	 * behind it and deadlocking against it.
 	 */
-	for (int i = 0; i < lengthof(relay_tables); i++)
-	{
-		rv = makeRangeVar(OUTBOX_SCHEMA, (char *) relay_tables[i].name, -1);
-		relid = RangeVarGetRelidExtended(rv, relay_tables[i].lockmode,
-										 RVR_MISSING_OK | RVR_SKIP_LOCKED,
-										 NULL, NULL);
-		if (!OidIsValid(relid))
-			return false;
-	}
+	if (!OutboxLockTablesNoWait(OUTBOX_SCHEMA, relay_tables, lengthof(relay_tables)))
+		return false;
 	relay_prepare_plans();
 	return true;
 }

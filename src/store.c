@@ -42,10 +42,12 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "nodes/makefuncs.h"
 #include "utils/builtins.h"
 
 #include "outbox_pg.h"
@@ -162,6 +164,29 @@ OutboxKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes)
 		*plan = p;
 	}
 	return *plan;
+}
+
+/*
+ * Lock the tables a worker step touches, in the given order, without
+ * waiting: false when one is missing or locked by someone else (DROP or
+ * ALTER EXTENSION in progress), and the step should be skipped instead of
+ * queueing behind that lock and deadlocking against it.  The caller is in
+ * a transaction; locks taken before a false return stay until it ends.
+ */
+bool
+OutboxLockTablesNoWait(const char *schema, const OutboxTableLock *tables,
+					   int ntables)
+{
+	for (int i = 0; i < ntables; i++)
+	{
+		RangeVar   *rv = makeRangeVar((char *) schema, (char *) tables[i].name, -1);
+
+		if (!OidIsValid(RangeVarGetRelidExtended(rv, tables[i].lockmode,
+												 RVR_MISSING_OK | RVR_SKIP_LOCKED,
+												 NULL, NULL)))
+			return false;
+	}
+	return true;
 }
 
 static uint64

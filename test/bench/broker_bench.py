@@ -26,10 +26,8 @@ import base64
 import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay_bench import BIN as SYSTEM_BIN, free_port, start_nginx  # noqa: E402
+from relay_bench import BIN, free_port, start_cluster, start_nginx  # noqa: E402
 
-# PG_BIN: another PostgreSQL 15 build with outbox_pg installed
-BIN = os.environ.get("PG_BIN", SYSTEM_BIN)
 
 N = int(os.environ.get("BENCH_BROKER_EVENTS", "5000"))
 N_RABBIT = int(os.environ.get("BENCH_RABBIT_EVENTS", "2000"))
@@ -135,30 +133,13 @@ def run_one(cur, dest, n):
 def main():
     tmp = tempfile.mkdtemp(prefix="outbox_broker_bench_")
     os.chmod(tmp, 0o777)
-    data = os.path.join(tmp, "data")
-    pgport = free_port()
     nginx_port = start_nginx(tmp)
     sqs, sqs_port = start_sqs()
     rabbit, rabbit_env, rabbit_url, epmd = start_rabbit(tmp)
-    subprocess.run([f"{BIN}/initdb", "-D", data, "-A", "trust", "--no-sync"], check=True, capture_output=True)
-    with open(os.path.join(data, "postgresql.conf"), "a") as f:
-        f.write(f"""
-port = {pgport}
-listen_addresses = ''
-unix_socket_directories = '{tmp}'
-shared_preload_libraries = 'outbox_pg'
-shared_buffers = 512MB
-max_wal_size = 4GB
-outbox.poll_interval = '1s'
-outbox.workers_per_database = 1
-outbox.batch_size = 500
-outbox.discovery_interval = 1
-""")
-    subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-l", os.path.join(tmp, "log"), "-w", "start"],
-                   check=True, capture_output=True)
+    data, dsn = start_cluster(tmp, 1, poll_interval="1s")
     results = {}
     try:
-        conn = psycopg2.connect(f"host={tmp} port={pgport} dbname=postgres")
+        conn = psycopg2.connect(dsn)
         conn.autocommit = True
         cur = conn.cursor()
         q = f"http://127.0.0.1:{sqs_port}/123456789012"

@@ -36,7 +36,7 @@ import time
 import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay_bench import BIN, PAYLOAD, cpu_seconds, free_port, start_nginx  # noqa: E402
+from relay_bench import BIN, PAYLOAD, cpu_seconds, free_port, start_cluster, start_nginx  # noqa: E402
 
 N = int(os.environ.get("BENCH_EVENTS", "100000"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
@@ -46,29 +46,6 @@ STEADY_RATE = int(os.environ.get("STEADY_RATE", "4000"))
 STEADY_RETENTION = int(os.environ.get("STEADY_RETENTION", "5"))
 STEADY_NAPTIME = int(os.environ.get("STEADY_NAPTIME", "10"))
 AGGREGATES = 1000
-
-
-def start_cluster(tmp, extra=""):
-    data = os.path.join(tmp, "data")
-    port = free_port()
-    subprocess.run([f"{BIN}/initdb", "-D", data, "-A", "trust", "--no-sync"], check=True, capture_output=True)
-    with open(os.path.join(data, "postgresql.conf"), "a") as f:
-        f.write(f"""
-port = {port}
-listen_addresses = ''
-unix_socket_directories = '{tmp}'
-shared_preload_libraries = 'outbox_pg'
-shared_buffers = 512MB
-max_wal_size = 4GB
-outbox.poll_interval = '60s'
-outbox.workers_per_database = {WORKERS}
-outbox.batch_size = 500
-outbox.discovery_interval = 1
-{extra}
-""")
-    subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-l", os.path.join(tmp, "log"), "-w", "start"],
-                   check=True, capture_output=True)
-    return data, f"host={tmp} port={port} dbname=postgres"
 
 
 def published(cur):
@@ -245,7 +222,7 @@ def main():
         url = f"http://127.0.0.1:{nginx_port}/hook"
         extra = (f"outbox.retention = '{STEADY_RETENTION}s'\noutbox.retention_batch = 5000\n"
                  f"autovacuum_naptime = '{STEADY_NAPTIME}s'") if b == "steady" else "outbox.retention = -1"
-        data, dsn = start_cluster(tmp, extra)
+        data, dsn = start_cluster(tmp, WORKERS, extra=extra)
         try:
             conn = psycopg2.connect(dsn)
             conn.autocommit = True

@@ -106,30 +106,37 @@ def pct(values, p):
     return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
 
 
-def main():
-    tmp = tempfile.mkdtemp(prefix="outbox_relay_bench_")
-    os.chmod(tmp, 0o777)
+def start_cluster(tmp, workers, poll_interval="60s", extra=""):
+    """initdb and start a throwaway cluster in tmp with outbox_pg preloaded
+    (also used by the other relay benchmarks); returns (data dir, dsn)."""
     data = os.path.join(tmp, "data")
-    pgport = free_port()
-    nginx_port = start_nginx(tmp)
-    url = f"http://127.0.0.1:{nginx_port}/hook"
+    port = free_port()
     subprocess.run([f"{BIN}/initdb", "-D", data, "-A", "trust", "--no-sync"], check=True, capture_output=True)
     with open(os.path.join(data, "postgresql.conf"), "a") as f:
         f.write(f"""
-port = {pgport}
+port = {port}
 listen_addresses = ''
 unix_socket_directories = '{tmp}'
 shared_preload_libraries = 'outbox_pg'
 shared_buffers = 512MB
 max_wal_size = 4GB
-outbox.poll_interval = '60s'
-outbox.workers_per_database = {WORKERS}
+outbox.poll_interval = '{poll_interval}'
+outbox.workers_per_database = {workers}
 outbox.batch_size = 500
 outbox.discovery_interval = 1
+{extra}
 """)
     subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-l", os.path.join(tmp, "log"), "-w", "start"],
                    check=True, capture_output=True)
-    dsn = f"host={tmp} port={pgport} dbname=postgres"
+    return data, f"host={tmp} port={port} dbname=postgres"
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="outbox_relay_bench_")
+    os.chmod(tmp, 0o777)
+    nginx_port = start_nginx(tmp)
+    url = f"http://127.0.0.1:{nginx_port}/hook"
+    data, dsn = start_cluster(tmp, WORKERS)
     results = {}
     try:
         conn = psycopg2.connect(dsn)
