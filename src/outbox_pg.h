@@ -26,7 +26,7 @@
 #include "utils/relcache.h"
 #include "utils/timestamp.h"
 
-#define OUTBOX_VERSION			"0.2.0"
+#define OUTBOX_VERSION			"0.2.1"
 
 /* Names of the extension's schemas and tables. */
 #define OUTBOX_SCHEMA			"outbox"
