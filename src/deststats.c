@@ -16,18 +16,57 @@
  *	  Attaching takes this file's own LWLock; nothing else does, so no
  *	  relay ever takes a lock shared with other parts per event.  An entry
  *	  that no running relay is attached to may be reused for another
- *	  destination when the array is full (the least recently used first);
- *	  its counters then start over, like a counter after a restart.
- *	- In-flight counts and circuit states are kept per relay slot: each
- *	  relay writes only its own cells (plain aligned stores, no lock), the
- *	  readers sum them, and a relay clears its cells when it exits, so a
- *	  relay that stopped never leaves a count or an open circuit behind.
+ *	  destination when the array is full (the least recently used first,
+ *	  and one whose circuit is closed before one whose circuit is not).
+ *	  Its counters then start over, like a counter after a restart.
+ *	- In-flight counts are kept per relay slot: each relay writes only its
+ *	  own cells (plain aligned stores, no lock), the readers sum them, and
+ *	  a relay clears its cells when it exits.
  *	- Results (status class, outcome, latency) go under the entry's
  *	  spinlock: a few additions, once per completed request.  Recent
  *	  counts are kept in 5-second buckets over the last minute.
+ *
+ * The circuit breaker (one per destination, shared by every relay of the
+ * database; its state lives under the entry's spinlock):
+ *
+ *	- Closed: events are leased as usual.  Every failed request that
+ *	  counts against the destination (no answer, 429, 5xx; see
+ *	  OutboxIsDestinationFailure) may count one "failed round".  A round
+ *	  is what the relays sent before they could know the outcome: a
+ *	  failure counts only when its request started after the previous
+ *	  counted failure (round_counted_at).  Requests that were already in
+ *	  flight then — the rest of a lease pass, another relay's batch — fail
+ *	  for the same reason and add nothing, so 256 refused connections are
+ *	  one round, not 256.  A success, from any relay, ends the run.
+ *	- After options.circuit_threshold failed rounds in a row the circuit
+ *	  opens for a pause of 1 s, doubling with every further failed round
+ *	  up to outbox.circuit_max_pause.  While it is open no relay leases
+ *	  events of the destination, so they neither fail nor use up attempts.
+ *	- When the pause ends the circuit is half-open: the first relay that
+ *	  looks takes the probe (probe_pid, and probe_expires_at after the
+ *	  request's timeout plus the lease margin, so the probe of a relay
+ *	  that died or failed its cycle expires) and leases one event.  Other
+ *	  relays keep off.  The probe failing counts one more round (it was
+ *	  started after the last counted one) and reopens the circuit; any
+ *	  success, the probe's or a late answer of an older request, closes it
+ *	  for all relays at once, and the relay that saw it wakes the others.
+ *	- Failures recorded while the circuit is open (the rest of the round
+ *	  that opened it, and failed probes) are the destination's fault, not
+ *	  the event's: relay.c gives their attempt back and makes them due at
+ *	  once, so they go out as soon as the circuit closes.
+ *	- The state is the destination's, not a relay's: it stays when a relay
+ *	  exits (only that relay's probe is released).  An entry is reused
+ *	  only when no running relay is attached to it, i.e. when no relay of
+ *	  that database has seen the destination since it started; if an open
+ *	  circuit is lost that way, the next relay relearns it after
+ *	  circuit_threshold failed rounds — a few requests, never an event.
  *	- Circuit transitions are logged at most once a minute per destination
- *	  across all relays of the database (see OutboxDestStatsSetCircuit), so
- *	  a flapping destination cannot flood the server log.
+ *	  (an opening; its closing is logged when its opening was), so a
+ *	  flapping destination cannot flood the server log.
+ *	- An entry that cannot be had (more than 512 destinations in use by
+ *	  running relays) means no statistics and no circuit breaker for that
+ *	  destination: its events retry one by one, as with circuit_threshold
+ *	  0.  That is logged.
  *
  * Everything here describes the life of the running server: counters
  * start at zero when the server starts.
@@ -63,6 +102,9 @@
 /* A circuit transition is logged at most this often per destination. */
 #define CIRCUIT_LOG_INTERVAL_MS 60000
 
+/* The first pause of an opened circuit; it doubles up to the GUC's cap. */
+#define CIRCUIT_FIRST_PAUSE_MS	1000
+
 typedef enum ResultClass
 {
 	CLASS_2XX = 0,
@@ -92,14 +134,21 @@ struct DestStats
 
 	/* per relay slot, written only by that relay */
 	int32		in_flight[OUTBOX_MAX_RELAYS];
-	TimestampTz circuit_open_until[OUTBOX_MAX_RELAYS];	/* 0: closed */
 
 	/* under mutex */
 	slock_t		mutex;
 	TimestampTz last_success_at;
 	TimestampTz last_failure_at;
+
+	/* the circuit, shared by the relays of the database (see above) */
+	int			failed_rounds;	/* consecutive; 0 after any success */
+	TimestampTz round_counted_at;	/* when the last failed round counted */
+	TimestampTz open_until;		/* 0: closed; past: half-open */
+	pid_t		probe_pid;		/* relay whose probe is out, 0: none */
+	TimestampTz probe_expires_at;
 	TimestampTz last_circuit_log_at;
 	bool		circuit_logged; /* the last opening was logged */
+
 	uint64		responses[NCLASSES];
 	uint64		outcomes[3];	/* by DeliveryOutcome */
 	uint64		latency_us;
@@ -165,10 +214,14 @@ deststats_reset(DestStats *ds, Oid dboid, const char *name)
 	strlcpy(ds->name, name, NAMEDATALEN);
 	ds->attached = 0;
 	memset(ds->in_flight, 0, sizeof(ds->in_flight));
-	memset(ds->circuit_open_until, 0, sizeof(ds->circuit_open_until));
 	SpinLockAcquire(&ds->mutex);
 	ds->last_success_at = 0;
 	ds->last_failure_at = 0;
+	ds->failed_rounds = 0;
+	ds->round_counted_at = 0;
+	ds->open_until = 0;
+	ds->probe_pid = 0;
+	ds->probe_expires_at = 0;
 	ds->last_circuit_log_at = 0;
 	ds->circuit_logged = false;
 	memset(ds->responses, 0, sizeof(ds->responses));
@@ -177,6 +230,24 @@ deststats_reset(DestStats *ds, Oid dboid, const char *name)
 	ds->latency_n = 0;
 	memset(ds->recent, 0, sizeof(ds->recent));
 	SpinLockRelease(&ds->mutex);
+}
+
+/*
+ * Is the unattached entry a a better one to reuse than b?  One whose
+ * circuit is closed goes before one whose circuit is not (losing an open
+ * circuit costs circuit_threshold failed rounds when the destination is
+ * seen again), then the least recently used.  The circuit is read without
+ * the spinlock: a stale answer only changes which entry is reused.
+ */
+static bool
+deststats_better_victim(DestStats *a, DestStats *b)
+{
+	bool		a_open = (a->open_until != 0);
+	bool		b_open = (b->open_until != 0);
+
+	if (a_open != b_open)
+		return !a_open;
+	return a->last_used < b->last_used;
 }
 
 /*
@@ -208,7 +279,8 @@ OutboxDestStatsAttach(int slot, const char *name)
 		}
 		else if (ds->attached == 0 &&
 				 (victim == NULL ||
-				  (OidIsValid(victim->dboid) && ds->last_used < victim->last_used)))
+				  (OidIsValid(victim->dboid) &&
+				   deststats_better_victim(ds, victim))))
 			victim = ds;
 	}
 	if (result == NULL && victim != NULL)
@@ -228,7 +300,7 @@ OutboxDestStatsAttach(int slot, const char *name)
 	{
 		last_full_warning = now;
 		ereport(LOG,
-				(errmsg("outbox_pg tracks at most %d destinations; \"%s\" is relayed without runtime statistics",
+				(errmsg("outbox_pg tracks at most %d destinations; \"%s\" is relayed without runtime statistics or circuit breaker",
 						DESTSTATS_MAX, name)));
 	}
 	return result;
@@ -291,52 +363,172 @@ OutboxDestStatsRecordResult(DestStats *ds, TimestampTz now, int status,
 }
 
 /*
- * Publish the circuit state of the relay in `slot`: open until
- * open_until, or closed (0).  Returns true when the transition should be
- * logged: an opening when no opening of this destination was logged in
- * the last minute, a closing when its opening was logged and no other
- * relay still has the circuit open.
+ * May the calling relay lease events of this destination now?  Closed:
+ * CIRCUIT_PASS.  Half-open with no live probe: the caller becomes the
+ * prober until probe_expires_at (CIRCUIT_PROBE) and leases one event.
+ * Otherwise CIRCUIT_WAIT, with *recheck_at set to when asking again makes
+ * sense (the end of the pause, or the expiry of another relay's probe).
  */
-bool
-OutboxDestStatsSetCircuit(DestStats *ds, int slot, TimestampTz open_until)
+CircuitPermit
+OutboxCircuitPermit(DestStats *ds, TimestampTz now,
+					TimestampTz probe_expires_at, TimestampTz *recheck_at)
 {
-	bool		was_open;
-	bool		any_open = false;
-	bool		log_it = false;
-	TimestampTz now;
+	CircuitPermit result;
 
+	*recheck_at = 0;
 	if (ds == NULL)
-		return true;
-	was_open = (ds->circuit_open_until[slot] != 0);
-	ds->circuit_open_until[slot] = open_until;
-	if (was_open == (open_until != 0))
-		return false;
-
-	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
-		if (ds->circuit_open_until[i] != 0)
-			any_open = true;
-	now = GetCurrentTimestamp();
+		return CIRCUIT_PASS;
 	SpinLockAcquire(&ds->mutex);
-	if (open_until != 0 &&
-		TimestampDifferenceExceeds(ds->last_circuit_log_at, now,
-								   CIRCUIT_LOG_INTERVAL_MS))
+	if (ds->open_until == 0)
+		result = CIRCUIT_PASS;
+	else if (now < ds->open_until)
 	{
-		ds->last_circuit_log_at = now;
-		ds->circuit_logged = true;
-		log_it = true;
+		*recheck_at = ds->open_until;
+		result = CIRCUIT_WAIT;
 	}
-	else if (open_until == 0 && !any_open && ds->circuit_logged)
+	else if (ds->probe_pid != 0 && ds->probe_pid != MyProcPid &&
+			 now < ds->probe_expires_at)
 	{
-		ds->circuit_logged = false;
-		log_it = true;
+		*recheck_at = ds->probe_expires_at;
+		result = CIRCUIT_WAIT;
+	}
+	else
+	{
+		ds->probe_pid = MyProcPid;
+		ds->probe_expires_at = probe_expires_at;
+		result = CIRCUIT_PROBE;
 	}
 	SpinLockRelease(&ds->mutex);
-	return log_it;
+	return result;
 }
 
 /*
- * A relay exits: its in-flight counts and circuits are no more, and it no
- * longer holds its entries.
+ * The calling relay no longer has a probe out for this destination (it
+ * leased nothing, or its probe event is gone without a result).
+ */
+void
+OutboxCircuitReleaseProbe(DestStats *ds)
+{
+	if (ds == NULL)
+		return;
+	SpinLockAcquire(&ds->mutex);
+	if (ds->probe_pid == MyProcPid)
+	{
+		ds->probe_pid = 0;
+		ds->probe_expires_at = 0;
+	}
+	SpinLockRelease(&ds->mutex);
+}
+
+/*
+ * Tell the circuit how a request of this destination ended: failed (it
+ * counts against the destination) or not, and when it was started.
+ * threshold is options.circuit_threshold (0: no circuit breaker).
+ * Returns true when the destination is failing as a whole — the request
+ * failed and the circuit is open now — so that the caller neither charges
+ * the event an attempt nor backs it off.  *transition says whether this
+ * call opened or closed the circuit, *log_it whether to log that (see
+ * CIRCUIT_LOG_INTERVAL_MS), *rounds is the run of failed rounds.
+ */
+bool
+OutboxCircuitNote(DestStats *ds, bool failed, TimestampTz started_at,
+				  int threshold, CircuitTransition *transition,
+				  bool *log_it, int *rounds)
+{
+	TimestampTz now;
+	bool		outage = false;
+
+	*transition = CIRCUIT_UNCHANGED;
+	*log_it = false;
+	*rounds = 0;
+	if (ds == NULL || threshold <= 0)
+		return false;
+
+	now = GetCurrentTimestamp();
+	SpinLockAcquire(&ds->mutex);
+	if (!failed)
+	{
+		if (ds->open_until != 0)
+		{
+			*transition = CIRCUIT_CLOSED;
+			*log_it = ds->circuit_logged;
+			ds->circuit_logged = false;
+		}
+		ds->failed_rounds = 0;
+		ds->open_until = 0;
+		ds->probe_pid = 0;
+		ds->probe_expires_at = 0;
+	}
+	else
+	{
+		/* one round: only a request started after the last counted one */
+		if (started_at > ds->round_counted_at)
+		{
+			ds->failed_rounds++;
+			ds->round_counted_at = now;
+			if (ds->failed_rounds >= threshold)
+			{
+				int			doublings = Min(ds->failed_rounds - threshold, 20);
+				int64		pause_ms;
+
+				pause_ms = Min((int64) CIRCUIT_FIRST_PAUSE_MS << doublings,
+							   (int64) outbox_circuit_max_pause);
+				if (ds->open_until == 0)
+				{
+					*transition = CIRCUIT_OPENED;
+					if (TimestampDifferenceExceeds(ds->last_circuit_log_at, now,
+												   CIRCUIT_LOG_INTERVAL_MS))
+					{
+						ds->last_circuit_log_at = now;
+						ds->circuit_logged = true;
+						*log_it = true;
+					}
+				}
+				ds->open_until = TimestampTzPlusMilliseconds(now, pause_ms);
+				ds->probe_pid = 0;
+				ds->probe_expires_at = 0;
+			}
+		}
+		*rounds = ds->failed_rounds;
+		outage = (ds->open_until != 0);
+	}
+	SpinLockRelease(&ds->mutex);
+	return outage;
+}
+
+/*
+ * Configuration changes seen by a relay: with circuit_threshold 0 the
+ * circuit is closed for good; a destination just resumed gets its probe
+ * at once instead of at the end of the pause.
+ */
+void
+OutboxCircuitConfigure(DestStats *ds, bool disabled, bool resumed)
+{
+	if (ds == NULL)
+		return;
+	SpinLockAcquire(&ds->mutex);
+	if (disabled)
+	{
+		ds->failed_rounds = 0;
+		ds->open_until = 0;
+		ds->probe_pid = 0;
+		ds->probe_expires_at = 0;
+		ds->circuit_logged = false;
+	}
+	else if (resumed && ds->open_until != 0)
+	{
+		ds->open_until = Min(ds->open_until, GetCurrentTimestamp());
+		ds->probe_pid = 0;
+		ds->probe_expires_at = 0;
+	}
+	SpinLockRelease(&ds->mutex);
+}
+
+/*
+ * A relay exits: its in-flight counts and its probes are no more, and it
+ * no longer holds its entries.  Circuits stay: they describe the
+ * destination, which the other relays (or this one, restarted) keep
+ * using.
  */
 void
 OutboxDestStatsRelayExit(int slot)
@@ -349,8 +541,9 @@ OutboxDestStatsRelayExit(int slot)
 		DestStats  *ds = &deststats->entries[i];
 
 		ds->in_flight[slot] = 0;
-		ds->circuit_open_until[slot] = 0;
 		ds->attached &= ~(UINT64CONST(1) << slot);
+		if (OidIsValid(ds->dboid))
+			OutboxCircuitReleaseProbe(ds);
 	}
 	LWLockRelease(deststats->lock);
 }
@@ -401,13 +594,12 @@ outbox_destination_runtime(PG_FUNCTION_ARGS)
 		for (int s = 0; s < OUTBOX_MAX_RELAYS; s++)
 		{
 			int32		n = ds->in_flight[s];
-			TimestampTz until = ds->circuit_open_until[s];
 
 			in_flight += Max(n, 0);
-			open_until = Max(open_until, until);
 		}
 
 		SpinLockAcquire(&ds->mutex);
+		open_until = ds->open_until;
 		last_success_at = ds->last_success_at;
 		last_failure_at = ds->last_failure_at;
 		memcpy(responses, ds->responses, sizeof(responses));

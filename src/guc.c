@@ -37,6 +37,7 @@ char	   *outbox_allowed_hosts = NULL;
 char	   *outbox_ca_file = NULL;
 int			outbox_discovery_interval = 10;
 int			outbox_lease_margin = 10000;
+int			outbox_circuit_max_pause = 2000;
 int			outbox_retention = 3600;
 int			outbox_retention_batch = 5000;
 
@@ -183,6 +184,16 @@ OutboxDefineGucs(void)
 							"Events of a relay that died are sent again after timeout plus this margin.",
 							&outbox_lease_margin,
 							10000, 1000, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/* the shared circuit breaker of each destination (deststats.c) */
+	DefineCustomIntVariable("outbox.circuit_max_pause",
+							"Longest pause of an open circuit before the next probe of the destination.",
+							"An open circuit pauses 1 s, doubling with every failed probe up to this; it also bounds how long a recovered destination waits for its first delivery.",
+							&outbox_circuit_max_pause,
+							2000, 100, 3600 * 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);

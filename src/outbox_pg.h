@@ -117,6 +117,7 @@ extern char *outbox_allowed_hosts;
 extern char *outbox_ca_file;
 extern int	outbox_discovery_interval;
 extern int	outbox_lease_margin;
+extern int	outbox_circuit_max_pause;
 extern int	outbox_retention;
 extern int	outbox_retention_batch;
 extern int	outbox_pending_age_warning;
@@ -264,6 +265,8 @@ extern uint64 OutboxStoreAck(Datum ids, Datum statuses);
 extern uint64 OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses,
 							   Datum errors);
 extern uint64 OutboxStoreDead(Datum ids, Datum statuses, Datum errors);
+extern uint64 OutboxStoreRequeue(Datum ids, Datum next_at, Datum statuses,
+								 Datum errors);
 
 /* retry.c */
 typedef enum DeliveryOutcome
@@ -288,9 +291,31 @@ extern void OutboxDestStatsSetInFlight(DestStats *ds, int slot, int n);
 extern void OutboxDestStatsRecordResult(DestStats *ds, TimestampTz now,
 										int status, DeliveryOutcome outcome,
 										int64 duration_us);
-extern bool OutboxDestStatsSetCircuit(DestStats *ds, int slot,
-									  TimestampTz open_until);
 extern void OutboxDestStatsRelayExit(int slot);
+
+typedef enum CircuitPermit
+{
+	CIRCUIT_PASS,				/* closed: lease as usual */
+	CIRCUIT_PROBE,				/* half-open: the caller sends the one probe */
+	CIRCUIT_WAIT				/* open, or another relay's probe is out */
+} CircuitPermit;
+
+typedef enum CircuitTransition
+{
+	CIRCUIT_UNCHANGED,
+	CIRCUIT_OPENED,
+	CIRCUIT_CLOSED
+} CircuitTransition;
+
+extern CircuitPermit OutboxCircuitPermit(DestStats *ds, TimestampTz now,
+										 TimestampTz probe_expires_at,
+										 TimestampTz *recheck_at);
+extern void OutboxCircuitReleaseProbe(DestStats *ds);
+extern bool OutboxCircuitNote(DestStats *ds, bool failed,
+							  TimestampTz started_at, int threshold,
+							  CircuitTransition *transition, bool *log_it,
+							  int *rounds);
+extern void OutboxCircuitConfigure(DestStats *ds, bool disabled, bool resumed);
 
 /* ops.c */
 extern void OutboxOpsCheckBacklog(const char *database_name);

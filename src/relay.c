@@ -29,10 +29,17 @@
  * every time still runs out of attempts instead of crash-looping it.
  *
  * Per destination the worker keeps an in-flight count (capped by
- * max_concurrency) and a circuit breaker: after options.circuit_threshold
- * (default 5; 0 disables it) consecutive transient failures no more
- * events of that destination are leased for a pause that doubles up to a
- * minute, then a single probe goes out; a success closes the circuit.
+ * max_concurrency) and asks the destination's circuit breaker before it
+ * leases: the circuit is shared by all relays of the database and lives
+ * in shared memory (deststats.c has the protocol).  After
+ * options.circuit_threshold (default 5; 0 disables it) failed rounds in a
+ * row no relay leases events of the destination for a pause (1 s,
+ * doubling up to outbox.circuit_max_pause); then one relay sends a single
+ * probe; any success closes the circuit and wakes the other relays.  A
+ * failure recorded while the circuit is open is the destination's, not
+ * the event's: the event gets its attempt back and is due at once, so it
+ * neither backs off nor runs out of attempts during an outage (max_age
+ * still applies).
  *
  * Brokers (kinds sns, sqs, rabbitmq; broker.c): leased events of such a
  * destination become BrokerMessages, and one request may carry several
@@ -89,7 +96,6 @@
 
 #include "outbox_pg.h"
 
-#define CIRCUIT_MAX_OPEN_MS		60000
 #define RETRY_AFTER_MAX_MS		3600000
 #define ROUTE_INTERVAL_MS		5000
 #define ERROR_PAUSE_MS			1000
@@ -101,16 +107,14 @@ typedef struct RelayDestination
 {
 	char		name[NAMEDATALEN];	/* key */
 	int			in_flight;
-	int			consecutive_failures;
-	TimestampTz circuit_open_until;
-	bool		circuit_open;
 
-	DestStats  *stats;			/* ops: shared-memory statistics (deststats.c) */
+	DestStats  *stats;			/* ops: statistics and the circuit (deststats.c) */
 
 	/* configuration, refreshed at every lease step */
 	bool		paused;
 	int			max_concurrency;
 	int			circuit_threshold;	/* 0: no circuit breaker */
+	int			timeout_ms;
 } RelayDestination;
 
 /* The configuration one lease step reads, in cycle memory. */
@@ -145,6 +149,9 @@ typedef struct RelayEvent
 	char	   *url;
 	char	   *body;
 	HttpRequest req;			/* req.owner: see relay_event_of() */
+	TimestampTz started_at;		/* when its request was started */
+	bool		probe;			/* the circuit's probe (deststats.c) */
+	bool		outage;			/* failed while the circuit was open */
 
 	/*
 	 * Brokers (broker.c): one request may carry several events.  The event
@@ -169,6 +176,9 @@ static char last_logged_error[OUTBOX_ERROR_LEN];
 static TimestampTz last_logged_at = 0;
 
 static bool relay_outdated = false;	/* extension needs an UPDATE */
+
+/* lease again then: a circuit's pause ends or another relay's probe expires */
+static TimestampTz circuit_recheck_at = 0;
 
 /* ops: this relay's slot number, for its cells in deststats.c */
 #define MY_SLOT_INDEX ((int) (my_slot - outbox_shared->slots))
@@ -386,24 +396,23 @@ relay_load_destinations(void)
 		if (!found)
 		{
 			rd->in_flight = 0;
-			rd->consecutive_failures = 0;
-			rd->circuit_open_until = 0;
-			rd->circuit_open = false;
 			rd->stats = NULL;
+			rd->paused = false;
 		}
 		if (rd->stats == NULL)	/* ops */
 			rd->stats = OutboxDestStatsAttach(MY_SLOT_INDEX, d->name);
-		/* ops: a resumed destination gets its probe at once */
-		if (rd->paused && !d->paused && rd->circuit_open)
-			rd->circuit_open_until = 0;
+
+		/*
+		 * The shared circuit: closed for good without a threshold; a
+		 * destination just resumed gets its probe at once.
+		 */
+		if (d->circuit_threshold <= 0 || (rd->paused && !d->paused))
+			OutboxCircuitConfigure(rd->stats, d->circuit_threshold <= 0,
+								   rd->paused && !d->paused);
 		rd->paused = d->paused;
 		rd->max_concurrency = d->max_concurrency;
 		rd->circuit_threshold = d->circuit_threshold;
-		if (rd->circuit_threshold <= 0)
-		{
-			rd->circuit_open = false;
-			(void) OutboxDestStatsSetCircuit(rd->stats, MY_SLOT_INDEX, 0);	/* ops */
-		}
+		rd->timeout_ms = d->timeout_ms;
 
 		old = MemoryContextSwitchTo(cycle_context);
 		result = lappend(result, d);
@@ -413,12 +422,14 @@ relay_load_destinations(void)
 }
 
 /*
- * How many events of this destination may be leased now.
+ * How many events of this destination may be leased now; *probe is set
+ * when the one event to lease is the circuit's probe.
  */
 static int
-relay_capacity(RelayDestination *rd, TimestampTz now)
+relay_capacity(RelayDestination *rd, TimestampTz now, bool *probe)
 {
 	int			free_slots;
+	TimestampTz recheck_at;
 
 	if (rd->paused)
 		return 0;
@@ -434,11 +445,22 @@ relay_capacity(RelayDestination *rd, TimestampTz now)
 	 */
 	if (rd->in_flight > 0 && free_slots < Max(1, rd->max_concurrency / 4))
 		return 0;
-	if (rd->circuit_open)
+	if (rd->circuit_threshold <= 0)
+		return free_slots;
+	switch (OutboxCircuitPermit(rd->stats, now,
+								TimestampTzPlusMilliseconds(now, rd->timeout_ms +
+															outbox_lease_margin),
+								&recheck_at))
 	{
-		if (now < rd->circuit_open_until || rd->in_flight > 0)
+		case CIRCUIT_PASS:
+			break;
+		case CIRCUIT_PROBE:
+			*probe = true;
+			return 1;
+		case CIRCUIT_WAIT:
+			if (circuit_recheck_at == 0 || recheck_at < circuit_recheck_at)
+				circuit_recheck_at = recheck_at;
 			return 0;
-		return 1;				/* half-open: one probe */
 	}
 	return free_slots;
 }
@@ -517,6 +539,7 @@ relay_start(RelayEvent *ev)
 {
 	if (ev->carrier != NULL)
 		return;
+	ev->started_at = GetCurrentTimestamp();
 	if (ev->msg != NULL && ev->msg->decided)
 		HttpClientSkip(http, &ev->req);
 	else
@@ -563,14 +586,17 @@ relay_lease(List *dests, bool *drained, List **leased)
 	{
 		DestinationConfig *d = lfirst(lc);
 		RelayDestination *rd = hash_search(destinations, d->name, HASH_FIND, NULL);
-		int			want = relay_capacity(rd, now);
+		bool		probe = false;
+		int			want = relay_capacity(rd, now, &probe);
 		uint64		n;
 		List	   *broker_events = NIL;
 
 		if (want <= 0)
 			continue;
 		n = OutboxStoreLease(want, lease, d->name);
-		if (n >= (uint64) want)
+		if (probe && n == 0)
+			OutboxCircuitReleaseProbe(rd->stats);	/* nothing to probe with */
+		else if (n >= (uint64) want && !probe)
 			*drained = false;
 
 		for (uint64 i = 0; i < n; i++)
@@ -590,6 +616,7 @@ relay_lease(List *dests, bool *drained, List **leased)
 			ev = palloc0(sizeof(RelayEvent));
 			ev->context = cxt;
 			ev->dest = rd;
+			ev->probe = probe;
 			memcpy(&ev->id, DatumGetUUIDP(SPI_getbinval(tup, desc, 1, &isnull)),
 				   sizeof(pg_uuid_t));
 			ev->attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
@@ -645,46 +672,63 @@ relay_free_event(RelayEvent *ev)
 	if (ev->req.headers)
 		curl_slist_free_all(ev->req.headers);
 	ev->req.headers = NULL;
+	if (ev->probe)				/* gone without a result: let another probe */
+		OutboxCircuitReleaseProbe(ev->dest->stats);
 	ev->dest->in_flight--;
 	total_in_flight--;
 	OutboxDestStatsSetInFlight(ev->dest->stats, MY_SLOT_INDEX, ev->dest->in_flight);	/* ops */
 	MemoryContextDelete(ev->context);
 }
 
+/*
+ * Wake the other relays of this database: the circuit of a destination
+ * closed, and its events are due for all of them now.
+ */
 static void
-relay_note_destination(RelayDestination *rd, bool failed)
+relay_wake_others(void)
 {
-	if (!failed)
+	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
 	{
-		/* ops: circuit transitions are rate-limited across relays */
-		if (rd->circuit_open &&
-			OutboxDestStatsSetCircuit(rd->stats, MY_SLOT_INDEX, 0))
+		RelaySlot  *slot = &outbox_shared->slots[i];
+
+		if (slot != my_slot && slot->dboid == MyDatabaseId && slot->pid != 0)
+			OutboxSetLatchByProcno(slot->procno);
+	}
+}
+
+/*
+ * Tell the destination's shared circuit how the request of ev ended.
+ * Returns true when the request failed while the circuit is open: the
+ * failure is the destination's, and the event must not pay for it.
+ */
+static bool
+relay_note_destination(RelayEvent *ev, bool failed)
+{
+	RelayDestination *rd = ev->dest;
+	CircuitTransition transition;
+	bool		log_it;
+	int			rounds;
+	bool		outage;
+
+	outage = OutboxCircuitNote(rd->stats, failed, ev->started_at,
+							   rd->circuit_threshold, &transition, &log_it,
+							   &rounds);
+	if (transition == CIRCUIT_CLOSED)
+	{
+		relay_wake_others();
+		if (log_it)
 			ereport(LOG,
 					(errmsg("outbox_pg destination \"%s\" is healthy again; circuit closed",
 							rd->name)));
-		rd->consecutive_failures = 0;
-		rd->circuit_open = false;
-		return;
 	}
-	rd->consecutive_failures++;
-	if (rd->circuit_threshold > 0 &&
-		rd->consecutive_failures >= rd->circuit_threshold)
-	{
-		int			shift = Min(rd->consecutive_failures - rd->circuit_threshold, 6);
-		int			pause_ms = Min(CIRCUIT_MAX_OPEN_MS, 1000 << shift);
-
-		rd->circuit_open_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															 pause_ms);
-		if (OutboxDestStatsSetCircuit(rd->stats, MY_SLOT_INDEX,
-									  rd->circuit_open_until) &&
-			!rd->circuit_open)
-			ereport(WARNING,
-					(errcode(ERRCODE_WARNING),
-					 errmsg("outbox_pg destination \"%s\" failed %d times in a row; circuit opened",
-							rd->name, rd->consecutive_failures),
-					 errhint("Events for it wait; other destinations are not affected. See outbox.destination_stats and outbox.events.last_error.")));
-		rd->circuit_open = true;
-	}
+	else if (transition == CIRCUIT_OPENED && log_it)
+		ereport(WARNING,
+				(errcode(ERRCODE_WARNING),
+				 errmsg("outbox_pg destination \"%s\" failed %d times in a row; circuit opened",
+						rd->name, rounds),
+				 errdetail("Each time is a round of requests that failed together; all relays of the database pause the destination and probe it with one event."),
+				 errhint("Events for it wait; other destinations are not affected. See outbox.destination_stats and outbox.events.last_error.")));
+	return outage;
 }
 
 static int
@@ -752,9 +796,14 @@ relay_record(List *done)
 	Datum	   *dead_ids = palloc(n * sizeof(Datum));
 	Datum	   *dead_status = palloc(n * sizeof(Datum));
 	Datum	   *dead_error = palloc(n * sizeof(Datum));
+	Datum	   *requeue_ids = palloc(n * sizeof(Datum));
+	Datum	   *requeue_at = palloc(n * sizeof(Datum));
+	Datum	   *requeue_status = palloc(n * sizeof(Datum));
+	Datum	   *requeue_error = palloc(n * sizeof(Datum));
 	int			nack = 0,
 				nretry = 0,
-				ndead = 0;
+				ndead = 0,
+				nrequeue = 0;
 	TimestampTz now = GetCurrentTimestamp();
 	bool		missing;
 
@@ -772,21 +821,25 @@ relay_record(List *done)
 			if (ev->batch != NULL)
 			{
 				OutboxBrokerClassify(ev->batch, req);
-				relay_note_destination(ev->dest, ev->batch->destination_failure);
+				ev->outage = relay_note_destination(ev, ev->batch->destination_failure);
 			}
+			else if (ev->carrier != NULL)
+				ev->outage = ev->carrier->outage;	/* recorded just before */
 			outcome = ev->msg->outcome;
 		}
 		else
 		{
 			/* an oversized body or a refused host comes back as a curl error */
 			outcome = OutboxClassifyResponse(req->status, req->curl_code, req->refused);
-			relay_note_destination(ev->dest,
-								   outcome != OUTCOME_ACK &&
-								   OutboxIsDestinationFailure(req->status, req->curl_code));
+			ev->outage = relay_note_destination(ev,
+												outcome != OUTCOME_ACK &&
+												OutboxIsDestinationFailure(req->status, req->curl_code));
 		}
 
+		/* an outage uses up no attempts; max_age still holds */
 		if (outcome == OUTCOME_RETRY &&
-			(ev->attempts >= ev->max_attempts || ev->age_secs >= ev->max_age_secs))
+			((ev->attempts >= ev->max_attempts && !ev->outage) ||
+			 ev->age_secs >= ev->max_age_secs))
 			outcome = OUTCOME_DEAD;
 		/* ops: an event carried in another's request has that request's answer */
 		{
@@ -804,6 +857,25 @@ relay_record(List *done)
 				nack++;
 				break;
 			case OUTCOME_RETRY:
+				if (ev->outage)
+				{
+					/*
+					 * The destination failed, not the event: give the
+					 * attempt back and make it due at once; the circuit
+					 * keeps it from being leased until it closes.
+					 */
+					int64		delay = 0;
+
+					if (ev->msg == NULL && req->retry_after_secs >= 0)
+						delay = Min((int64) req->retry_after_secs * 1000,
+									RETRY_AFTER_MAX_MS);
+					requeue_ids[nrequeue] = UUIDPGetDatum(id);
+					requeue_at[nrequeue] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
+					requeue_status[nrequeue] = Int32GetDatum(relay_status(ev));
+					requeue_error[nrequeue] = CStringGetTextDatum(relay_error_text(ev));
+					nrequeue++;
+				}
+				else
 				{
 					int64		delay = OutboxBackoffDelayMs(ev->attempts,
 															 ev->backoff_base_ms,
@@ -846,10 +918,16 @@ relay_record(List *done)
 	if (ndead > 0)
 		OutboxStoreDead(uuid_array(dead_ids, ndead), status_array(dead_status, ndead),
 						text_array(dead_error, ndead));
+	if (nrequeue > 0)
+		OutboxStoreRequeue(uuid_array(requeue_ids, nrequeue),
+						   PointerGetDatum(construct_array(requeue_at, nrequeue, TIMESTAMPTZOID, 8,
+														   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+						   status_array(requeue_status, nrequeue),
+						   text_array(requeue_error, nrequeue));
 	relay_commit();
 
 	pg_atomic_fetch_add_u64(&my_slot->published, nack);
-	pg_atomic_fetch_add_u64(&my_slot->failed, nretry + ndead);
+	pg_atomic_fetch_add_u64(&my_slot->failed, nretry + ndead + nrequeue);
 }
 
 static void
@@ -962,6 +1040,8 @@ OutboxRelayMain(Datum main_arg)
 		now = GetCurrentTimestamp();
 		if (TimestampDifferenceExceeds(last_poll, now, outbox_poll_interval))
 			need_lease = need_inbox = true;
+		if (circuit_recheck_at != 0 && now >= circuit_recheck_at)
+			need_lease = true;
 
 		PG_TRY();
 		{
@@ -995,6 +1075,7 @@ OutboxRelayMain(Datum main_arg)
 				bool		drained = true;
 
 				relay_set_state(RELAY_WORKING, "leasing events");
+				circuit_recheck_at = 0; /* relay_lease() sets it again */
 				if (relay_begin(&missing))
 				{
 					List	   *dests = relay_load_destinations();
@@ -1115,6 +1196,10 @@ OutboxRelayMain(Datum main_arg)
 			wait_ms = Max(wait_ms, 0);
 			if (total_in_flight > 0)
 				wait_ms = Min(wait_ms, 100);
+			/* a circuit's pause ends: its probe goes out on time */
+			if (circuit_recheck_at != 0)
+				wait_ms = Min(wait_ms,
+							  Max((long) ((circuit_recheck_at - now + 999) / 1000), 0));
 		}
 		if (need_inbox)
 			wait_ms = Min(wait_ms, inbox_wait_ms);

@@ -25,7 +25,10 @@
  *	  several workers and with transactions that commit out of order).
  *	- Ack and dead change the status (never HOT: status is in the index
  *	  predicates) and clear the lease; retry moves next_attempt_at and
- *	  clears the lease, so the row is due at the retry time.
+ *	  clears the lease, so the row is due at the retry time.  Requeue is a
+ *	  retry that also gives back the attempt the lease counted: the relay
+ *	  uses it for a failure that was the destination's (its circuit is
+ *	  open, see deststats.c), not the event's.
  *	- The results are recorded by joining the arrays of ids to the primary
  *	  key, and only rows still pending change: a late result never undoes
  *	  what another worker recorded.
@@ -56,6 +59,7 @@ PG_FUNCTION_INFO_V1(outbox_lease);
 PG_FUNCTION_INFO_V1(outbox_ack);
 PG_FUNCTION_INFO_V1(outbox_retry);
 PG_FUNCTION_INFO_V1(outbox_dead);
+PG_FUNCTION_INFO_V1(outbox_requeue);
 
 /*
  * The lease.  Plain destinations: due rows in (next_attempt_at, id) order.
@@ -140,10 +144,22 @@ static const char *dead_sql =
 " WHERE e.id OPERATOR(pg_catalog.=) r.id"
 "   AND e.status OPERATOR(pg_catalog.=) 'pending'";
 
+/* GREATEST is SQL syntax, not a function: nothing to schema-qualify */
+static const char *requeue_sql =
+"UPDATE outbox.events AS e"
+"   SET attempts = GREATEST(e.attempts OPERATOR(pg_catalog.-) 1, 0),"
+"       next_attempt_at = r.next_at, leased_until = NULL,"
+"       last_status = r.status, last_error = r.error"
+"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+"                  pg_catalog.unnest($3), pg_catalog.unnest($4)) AS r(id, next_at, status, error)"
+" WHERE e.id OPERATOR(pg_catalog.=) r.id"
+"   AND e.status OPERATOR(pg_catalog.=) 'pending'";
+
 static SPIPlanPtr lease_plan = NULL;
 static SPIPlanPtr ack_plan = NULL;
 static SPIPlanPtr retry_plan = NULL;
 static SPIPlanPtr dead_plan = NULL;
+static SPIPlanPtr requeue_plan = NULL;
 
 /*
  * Prepare sql into *plan once per process and keep it.  The caller is
@@ -248,6 +264,16 @@ OutboxStoreDead(Datum ids, Datum statuses, Datum errors)
 						 args, SPI_OK_UPDATE);
 }
 
+uint64
+OutboxStoreRequeue(Datum ids, Datum next_at, Datum statuses, Datum errors)
+{
+	Oid			types[4] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+	Datum		args[4] = {ids, next_at, statuses, errors};
+
+	return store_execute(OutboxKeepPlan(&requeue_plan, requeue_sql, 4, types),
+						 args, SPI_OK_UPDATE);
+}
+
 /*
  * SQL wrappers, for tests and for operators who want to see what the relay
  * would do.  Internal: not granted to anyone.
@@ -314,6 +340,18 @@ outbox_dead(PG_FUNCTION_ARGS)
 
 	store_require_args(fcinfo);
 	n = OutboxStoreDead(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2));
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
+}
+
+Datum
+outbox_requeue(PG_FUNCTION_ARGS)
+{
+	uint64		n;
+
+	store_require_args(fcinfo);
+	n = OutboxStoreRequeue(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
+						   PG_GETARG_DATUM(2), PG_GETARG_DATUM(3));
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
 }

@@ -1,0 +1,40 @@
+--
+-- circuit: the relay's requeue statement gives back the attempt the lease
+-- counted (a failure while the destination's circuit is open is not the
+-- event's); the circuit state itself is tested by test/t/025 with relays
+--
+INSERT INTO outbox.destinations (name, url) VALUES ('circuit-test', 'http://127.0.0.1:9/');
+CREATE TEMP TABLE c AS
+SELECT outbox.emit('circuit.test', g::text, '{}', destination => 'circuit-test') AS id, g
+  FROM generate_series(1, 3) g;
+SELECT count(*) AS leased FROM outbox._lease(10, '1 minute', 'circuit-test');
+-- 1: an outage failure, due at once with its attempt given back
+SELECT outbox._requeue(ARRAY[(SELECT id FROM c WHERE g = 1)], ARRAY[now()],
+                       ARRAY[NULL::int], ARRAY['connection refused']);
+-- 2: an ordinary failure keeps its attempt and backs off
+SELECT outbox._retry(ARRAY[(SELECT id FROM c WHERE g = 2)], ARRAY[now() + interval '5 seconds'],
+                     ARRAY[503], ARRAY['HTTP 503']);
+-- 3: published; a late requeue changes nothing
+SELECT outbox._ack(ARRAY[(SELECT id FROM c WHERE g = 3)], ARRAY[200]);
+SELECT outbox._requeue(ARRAY[(SELECT id FROM c WHERE g = 3)], ARRAY[now()],
+                       ARRAY[503], ARRAY['late']);
+SELECT c.g, e.status, e.attempts, e.last_status, e.last_error,
+       e.leased_until IS NULL AS unleased, e.next_attempt_at <= now() AS due
+  FROM c JOIN outbox.events e USING (id) ORDER BY c.g;
+-- the requeued event is leased again at once, as attempt 1 again
+SELECT attempts FROM outbox._lease(10, '1 minute', 'circuit-test');
+-- attempts never go below zero
+SELECT outbox._requeue(ARRAY[(SELECT id FROM c WHERE g = 1)], ARRAY[now()],
+                       ARRAY[NULL::int], ARRAY['refused']) AS requeued,
+       outbox._requeue(ARRAY[(SELECT id FROM c WHERE g = 1)], ARRAY[now()],
+                       ARRAY[NULL::int], ARRAY['refused']) AS again;
+SELECT attempts FROM outbox.events WHERE id = (SELECT id FROM c WHERE g = 1);
+-- internal: not granted to anyone
+SELECT has_function_privilege('public', 'outbox._requeue(uuid[], timestamptz[], int4[], text[])',
+                              'EXECUTE') AS public_execute;
+-- without a relay no destination has runtime state, so no circuit either
+SELECT count(*) AS runtime_rows FROM outbox.destination_runtime();
+SELECT circuit_state FROM outbox.destination_stats WHERE destination = 'circuit-test';
+SHOW outbox.circuit_max_pause;
+DELETE FROM outbox.events WHERE destination = 'circuit-test';
+DELETE FROM outbox.destinations WHERE name = 'circuit-test';
