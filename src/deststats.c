@@ -367,7 +367,7 @@ OutboxDestStatsRecordResult(DestStats *ds, TimestampTz now, int status,
  * CIRCUIT_PASS.  Half-open with no live probe: the caller becomes the
  * prober until probe_expires_at (CIRCUIT_PROBE) and leases one event.
  * Otherwise CIRCUIT_WAIT, with *recheck_at set to when asking again makes
- * sense (the end of the pause, or the expiry of another relay's probe).
+ * sense (the end of the pause, or the expiry of the probe that is out).
  */
 CircuitPermit
 OutboxCircuitPermit(DestStats *ds, TimestampTz now,
@@ -386,9 +386,9 @@ OutboxCircuitPermit(DestStats *ds, TimestampTz now,
 		*recheck_at = ds->open_until;
 		result = CIRCUIT_WAIT;
 	}
-	else if (ds->probe_pid != 0 && ds->probe_pid != MyProcPid &&
-			 now < ds->probe_expires_at)
+	else if (ds->probe_pid != 0 && now < ds->probe_expires_at)
 	{
+		/* a probe is out (maybe the caller's own): one at a time */
 		*recheck_at = ds->probe_expires_at;
 		result = CIRCUIT_WAIT;
 	}

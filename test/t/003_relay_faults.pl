@@ -64,14 +64,23 @@ is(scalar(keys %ids_seen), 20, 'the message id is the same in every attempt');
 
 # the circuit breaker: a destination failing every request is backed off
 # as a whole (one probe at a time) instead of being hammered by every
-# message's own retries ...
+# message's own retries.  Before it opens the 10 events fail at most
+# circuit_threshold (5) rounds; once it is open only probes go out (after
+# 1 s, then every 2 s: outbox.circuit_max_pause).
 emit_n('outage', 10);
-ok($node->poll_query_until('postgres', q{SELECT count(*) = 10 FROM outbox.events WHERE destination = 'outage' AND attempts >= 1}),
-	'outage: first attempts made');
+ok($node->poll_query_until('postgres', q{
+	SELECT circuit_state IN ('open', 'half-open') FROM outbox.destination_stats WHERE destination = 'outage'}),
+	'outage: the circuit opens');
+my $outage_before = scalar(grep { $_->{path} =~ m{^/status/503/m} } sink_records($sink));
+ok($outage_before <= 60,
+	"outage: $outage_before requests before the circuit opened (at most 5 rounds of the 10 events, and stragglers)");
 sleep 3;
-my $outage_requests = scalar(grep { $_->{path} =~ m{^/status/503/m} } sink_records($sink));
-ok($outage_requests < 40,
-	"outage: the failing destination is not hammered ($outage_requests requests in 3 s; per-message retries alone would make ~200)");
+my $outage_requests = scalar(grep { $_->{path} =~ m{^/status/503/m} } sink_records($sink)) - $outage_before;
+ok($outage_requests <= 4,
+	"outage: only probes while it is open ($outage_requests requests in 3 s; per-message retries alone would make ~200)");
+is($node->safe_psql('postgres', q{SELECT max(attempts) <= 5 AND count(*) FILTER (WHERE status = 'dead') = 0
+                                    FROM outbox.events WHERE destination = 'outage'}),
+	't', 'outage: the open circuit uses up no attempts');
 $node->safe_psql('postgres', q{UPDATE outbox.destinations SET paused = true WHERE name = 'outage'});
 
 # ... and closes again when a probe succeeds; nothing is lost
