@@ -19,6 +19,7 @@ use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use IPC::Run;
+use List::Util;
 use OutboxTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -152,8 +153,12 @@ is(sql(q{SELECT count(*) FROM outbox.events WHERE type = 'cr.outage' AND status 
 
 # --- the sink comes back -----------------------------------------------------
 usleep(20_000) while time < $t_down + $OUTAGE_SECS;
+# The sink listens at some instant between these two (python starts, and
+# the helper polls its port every 50 ms): the figures are given as a
+# range, and the assertions use the upper end.
+my $t_start = time;
 restart_sink($sink);
-my $t_up = time;			# the sink listens (polled every 50 ms)
+my $t_up = time;
 my $t_healthy = sql(q{SELECT wait_healthy(60)});
 ok($t_healthy ne '', 'health is ok again');
 ok($node->poll_query_until('postgres', q{
@@ -161,11 +166,13 @@ ok($node->poll_query_until('postgres', q{
 	'the outage backlog is published');
 my ($acked_outage, $first_outage, $last_outage) = acked('cr.outage');
 is($acked_outage, $n, 'every event of the outage backlog was acknowledged');
-my $first_delivery = $first_outage - $t_up;
-my $healthy_after = ($t_healthy || 1e9) - $t_up;
+my $first_delivery = $first_outage - $t_start;
+my $healthy_after = ($t_healthy || 1e9) - $t_start;
 my $outage_rate = ($n - 1) / ($last_outage - $first_outage);
-note(sprintf('first delivery %.2f s after the sink was back (target <= 2 s)', $first_delivery));
-note(sprintf('health ok and circuit closed %.2f s after the sink was back (target <= 5 s)', $healthy_after));
+note(sprintf('first delivery %.2f .. %.2f s after the sink was back (target <= 2 s)',
+	List::Util::max(0, $first_outage - $t_up), $first_delivery));
+note(sprintf('health ok and circuit closed %.2f .. %.2f s after the sink was back (target <= 5 s)',
+	List::Util::max(0, ($t_healthy || 1e9) - $t_up), $healthy_after));
 ok($first_delivery <= 5, 'the first delivery comes within seconds of the sink being back (0.2.0: ~40 s)');
 ok($healthy_after <= 8, 'health and the stats say healthy within seconds');
 is(sql(q{SELECT count(*) FROM outbox.events WHERE destination = 'cr' AND status = 'dead'}), '0',
