@@ -9,6 +9,7 @@
 -- search_path = hostile, pg_catalog, public every unqualified name of the
 -- same signature resolves to hostile, and so does any more specific
 -- signature (e.g. array_to_string(text[], text) over anyarray).
+-- BEGIN hostile schema (test/t/027_relay_search_path.pl builds the same)
 CREATE ROLE regress_hostile;
 CREATE SCHEMA hostile AUTHORIZATION regress_hostile;
 GRANT USAGE ON SCHEMA hostile TO PUBLIC;
@@ -150,6 +151,7 @@ BEGIN
     END LOOP;
 END
 $$;
+-- END hostile schema
 
 -- what the calls below work on
 INSERT INTO outbox.credentials (name, aws_access_key_id, aws_secret_access_key)
