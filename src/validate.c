@@ -392,6 +392,52 @@ config_constraint_comment(Relation rel, const char *conname)
 	return OidIsValid(conoid) ? GetComment(conoid, ConstraintRelationId, 0) : NULL;
 }
 
+/*
+ * Report a failed CHECK constraint: the columns it reads, the row by its
+ * key (not when the key is among those columns: it is what is wrong), and
+ * the constraint's comment as the detail.  Never a value.
+ */
+static void
+config_report_check(Relation rel, const char *conname, Node *expr,
+					const char *noun, const char *key, AttrNumber key_attnum)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Bitmapset  *attrs = NULL;
+	StringInfoData cols;
+	int			ncols = 0;
+	int			k = -1;
+	char	   *row;
+	char	   *comment;
+
+	pull_varattnos(expr, 1, &attrs);
+	initStringInfo(&cols);
+	while ((k = bms_next_member(attrs, k)) >= 0)
+	{
+		AttrNumber	attnum = k + FirstLowInvalidHeapAttributeNumber;
+
+		if (attnum <= 0)
+			continue;
+		if (attnum == key_attnum)
+			key = NULL;
+		appendStringInfo(&cols, "%s\"%s\"", ncols > 0 ? ", " : "",
+						 NameStr(TupleDescAttr(desc, attnum - 1)->attname));
+		ncols++;
+	}
+	row = config_row_name(rel, noun, key);
+	comment = config_constraint_comment(rel, conname);
+	ereport(ERROR,
+			(errcode(ERRCODE_CHECK_VIOLATION),
+			 ncols == 0 ?
+			 errmsg("%s violates check constraint \"%s\"", row, conname) :
+			 ncols == 1 ?
+			 errmsg("column %s of %s violates check constraint \"%s\"",
+					cols.data, row, conname) :
+			 errmsg("columns %s of %s violate check constraint \"%s\"",
+					cols.data, row, conname),
+			 comment ? errdetail("%s", comment) : 0,
+			 errtableconstraint(rel, conname)));
+}
+
 PG_FUNCTION_INFO_V1(outbox_check_config);
 
 /*
@@ -489,42 +535,10 @@ outbox_check_config(PG_FUNCTION_ARGS)
 			ConstrCheck *check = &constr->check[i];
 			Expr	   *expr = stringToNode(check->ccbin);
 			ExprState  *state = ExecPrepareExpr(expr, estate);
-			Bitmapset  *attrs = NULL;
-			StringInfoData cols;
-			int			ncols = 0;
-			int			k = -1;
-			bool		on_key = false;
-			char	   *comment;
 
-			if (ExecCheck(state, econtext))
-				continue;
-
-			pull_varattnos((Node *) expr, 1, &attrs);
-			initStringInfo(&cols);
-			while ((k = bms_next_member(attrs, k)) >= 0)
-			{
-				AttrNumber	attnum = k + FirstLowInvalidHeapAttributeNumber;
-
-				if (attnum <= 0)
-					continue;
-				if (attnum == key_attnum)
-					on_key = true;
-				appendStringInfo(&cols, "%s\"%s\"", ncols > 0 ? ", " : "",
-								 NameStr(TupleDescAttr(desc, attnum - 1)->attname));
-				ncols++;
-			}
-			comment = config_constraint_comment(rel, check->ccname);
-			ereport(ERROR,
-					(errcode(ERRCODE_CHECK_VIOLATION),
-					 ncols == 1 ?
-					 errmsg("column %s of %s violates check constraint \"%s\"",
-							cols.data, config_row_name(rel, noun, on_key ? NULL : key),
-							check->ccname) :
-					 errmsg("columns %s of %s violate check constraint \"%s\"",
-							cols.data, config_row_name(rel, noun, on_key ? NULL : key),
-							check->ccname),
-					 comment ? errdetail("%s", comment) : 0,
-					 errtableconstraint(rel, check->ccname)));
+			if (!ExecCheck(state, econtext))
+				config_report_check(rel, check->ccname, (Node *) expr,
+									noun, key, key_attnum);
 		}
 		ExecDropSingleTupleTableSlot(slot);
 		FreeExecutorState(estate);
