@@ -45,7 +45,8 @@ PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
 REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
-	ops_monitoring inbox_messages ha_columns brokers_config circuit
+	ops_monitoring inbox_messages ha_columns brokers_config circuit \
+	config_secrets search_path
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked order_lease order_gap \
 	inbox_receive_concurrent

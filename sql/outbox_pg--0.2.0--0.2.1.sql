@@ -23,3 +23,103 @@ LANGUAGE C VOLATILE;
 REVOKE ALL ON FUNCTION outbox._requeue(pg_catalog.uuid[], pg_catalog.timestamptz[],
                                        pg_catalog.int4[], pg_catalog.text[]) FROM PUBLIC;
 -- end of circuit
+
+------------------------------------------------------------------------
+-- Secrets never in error details (issue #13)
+------------------------------------------------------------------------
+
+-- A NOT NULL or CHECK violation prints the failing row, secrets included,
+-- into the client's error and the server log.  outbox._check_config()
+-- (src/validate.c) runs before the other triggers of each configuration
+-- table and checks the same NOT NULL columns and CHECK constraints (read
+-- from the catalog, so the two cannot drift apart), raising the
+-- constraint's own SQLSTATE with a message that names the row by its key,
+-- the columns and the constraint: never a value.  The comment on a
+-- constraint is the detail of its error, so it says what is allowed.  The
+-- constraints stay as the backstop.  Foreign key and unique violations
+-- show only a key, and every key here is a name.  On destinations the
+-- trigger also checks the headers like emit() does (a webhook without
+-- bearer_token may still set Authorization), when they are written.
+CREATE FUNCTION outbox._check_config()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'outbox_check_config'
+LANGUAGE C;
+
+-- Row triggers fire in name order: "x_check" before "x_check_broker".
+ALTER TRIGGER handlers_check ON inbox.handlers RENAME TO handlers_check_function;
+
+CREATE TRIGGER destinations_check
+    BEFORE INSERT OR UPDATE ON outbox.destinations
+    FOR EACH ROW EXECUTE FUNCTION outbox._check_config('destination', 'name', 'headers');
+CREATE TRIGGER routes_check
+    BEFORE INSERT OR UPDATE ON outbox.routes
+    FOR EACH ROW EXECUTE FUNCTION outbox._check_config('route', 'pattern');
+CREATE TRIGGER credentials_check
+    BEFORE INSERT OR UPDATE ON outbox.credentials
+    FOR EACH ROW EXECUTE FUNCTION outbox._check_config('credentials', 'name');
+CREATE TRIGGER handlers_check
+    BEFORE INSERT OR UPDATE ON inbox.handlers
+    FOR EACH ROW EXECUTE FUNCTION outbox._check_config('inbox handler', 'pattern');
+
+COMMENT ON CONSTRAINT destinations_name_check ON outbox.destinations IS
+    'A destination name has 1 to 63 letters, digits, "_", "." or "-".';
+COMMENT ON CONSTRAINT destinations_kind_check ON outbox.destinations IS
+    'The kind is webhook, sns, sqs or rabbitmq.';
+COMMENT ON CONSTRAINT destinations_url_check ON outbox.destinations IS
+    'The url is an http:// or https:// URL without spaces or control characters.';
+COMMENT ON CONSTRAINT destinations_format_check ON outbox.destinations IS
+    'The format is binary or structured.';
+COMMENT ON CONSTRAINT destinations_headers_check ON outbox.destinations IS
+    'The headers are a JSON object of header names and string values.';
+COMMENT ON CONSTRAINT destinations_timeout_check ON outbox.destinations IS
+    'timeout_ms is between 100 and 600000.';
+COMMENT ON CONSTRAINT destinations_concurrency_check ON outbox.destinations IS
+    'max_concurrency is between 1 and 1000.';
+COMMENT ON CONSTRAINT destinations_attempts_check ON outbox.destinations IS
+    'max_attempts is between 1 and 1000.';
+COMMENT ON CONSTRAINT destinations_backoff_base_check ON outbox.destinations IS
+    'backoff_base_ms is at least 10.';
+COMMENT ON CONSTRAINT destinations_backoff_max_check ON outbox.destinations IS
+    'backoff_max_ms is at least backoff_base_ms.';
+COMMENT ON CONSTRAINT destinations_max_age_check ON outbox.destinations IS
+    'max_age is a positive interval.';
+COMMENT ON CONSTRAINT destinations_options_check ON outbox.destinations IS
+    'The options are a JSON object.';
+COMMENT ON CONSTRAINT destinations_secrets_check ON outbox.destinations IS
+    'Each signing secret is base64, optionally prefixed with whsec_.';
+COMMENT ON CONSTRAINT destinations_ordering_check ON outbox.destinations IS
+    'Option ordering is none or aggregate; option on_dead is block or skip.';
+COMMENT ON CONSTRAINT routes_pattern_check ON outbox.routes IS
+    'A route pattern has 1 to 255 characters.';
+COMMENT ON CONSTRAINT credentials_name_check ON outbox.credentials IS
+    'A credentials name has 1 to 63 letters, digits, "_", "." or "-".';
+COMMENT ON CONSTRAINT credentials_access_key_check ON outbox.credentials IS
+    'An AWS access key id has 1 to 128 letters and digits.';
+COMMENT ON CONSTRAINT credentials_secret_check ON outbox.credentials IS
+    'An AWS secret access key is not empty and has no spaces or control characters.';
+COMMENT ON CONSTRAINT credentials_session_token_check ON outbox.credentials IS
+    'An AWS session token is not empty and has no spaces or control characters.';
+COMMENT ON CONSTRAINT credentials_username_check ON outbox.credentials IS
+    'A user name has 1 to 255 characters, none of them a colon or a control character.';
+COMMENT ON CONSTRAINT credentials_password_check ON outbox.credentials IS
+    'A password has no control characters.';
+COMMENT ON CONSTRAINT credentials_aws_pair_check ON outbox.credentials IS
+    'aws_access_key_id and aws_secret_access_key are set together.';
+COMMENT ON CONSTRAINT credentials_token_check ON outbox.credentials IS
+    'An AWS session token needs an access key id and secret access key.';
+COMMENT ON CONSTRAINT credentials_basic_pair_check ON outbox.credentials IS
+    'username and password are set together.';
+COMMENT ON CONSTRAINT credentials_not_empty_check ON outbox.credentials IS
+    'Credentials hold an AWS key pair or a user name and password.';
+COMMENT ON CONSTRAINT handlers_pattern_check ON inbox.handlers IS
+    'A handler pattern has 1 to 255 characters.';
+COMMENT ON CONSTRAINT handlers_attempts_check ON inbox.handlers IS
+    'max_attempts is between 1 and 1000.';
+COMMENT ON CONSTRAINT handlers_backoff_base_check ON inbox.handlers IS
+    'backoff_base_ms is at least 10.';
+COMMENT ON CONSTRAINT handlers_backoff_max_check ON inbox.handlers IS
+    'backoff_max_ms is at least backoff_base_ms.';
+
+-- Headers of destinations written by an older version are checked when
+-- they are next written (an UPDATE of other columns leaves them alone).
+REVOKE ALL ON FUNCTION outbox._check_config() FROM PUBLIC;

@@ -14,7 +14,10 @@
  * A relay that finds no outbox_pg extension in its database exits and is
  * not started again before outbox.discovery_interval has passed — unless a
  * commit in that database calls for a relay (wake.c), which happens right
- * after CREATE EXTENSION and the first emit().  A relay that exits on an
+ * after CREATE EXTENSION and the first emit().  Such a database logs one
+ * line when it is first found without the extension and nothing more until
+ * a relay finds the extension there (the slot remembers, see relay.c), not
+ * a start and an exit every interval.  A relay that exits on an
  * error is restarted after a pause that grows with repeated failures, so
  * a broken database cannot cause a restart storm.  A database that was
  * dropped simply disappears from the list.
@@ -183,6 +186,8 @@ launcher_start_relay(int i, LauncherDatabase *db, int worker_number)
 	RelaySlot  *slot = &outbox_shared->slots[i];
 
 	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	if (slot->dboid != db->oid)
+		slot->absence_logged = false;
 	slot->dboid = db->oid;
 	slot->worker_number = worker_number;
 	slot->state = RELAY_STARTING;

@@ -174,6 +174,8 @@ typedef struct RelaySlot
 	pg_atomic_uint64 failed;
 	TimestampTz last_error_at;
 	char		last_error[OUTBOX_ERROR_LEN];
+	bool		absence_logged; /* "extension not installed" was logged for
+								 * dboid: quiet until the relay finds it */
 } RelaySlot;
 
 typedef struct OutboxShared

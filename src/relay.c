@@ -176,6 +176,7 @@ static char last_logged_error[OUTBOX_ERROR_LEN];
 static TimestampTz last_logged_at = 0;
 
 static bool relay_outdated = false;	/* extension needs an UPDATE */
+static bool relay_announced = false;	/* "started" is logged */
 
 /* lease again then: a circuit's pause ends or another relay's probe expires */
 static TimestampTz circuit_recheck_at = 0;
@@ -277,6 +278,47 @@ relay_commit(void)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_stat(false);
+}
+
+/*
+ * The relay has found the extension: say that it started, and let the
+ * slot report the extension missing again should it be dropped.
+ */
+static void
+relay_announce(void)
+{
+	ereport(LOG,
+			(errmsg("outbox_pg relay %d started for database \"%s\"",
+					my_slot->worker_number, database_name)));
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	my_slot->absence_logged = false;
+	LWLockRelease(outbox_shared->lock);
+	relay_announced = true;
+}
+
+/*
+ * No extension in this database: exit; the launcher starts a relay again
+ * after outbox.discovery_interval, or at once when a commit asks for one.
+ * Worker 0 says so for its database, once: the next relays that find no
+ * extension exit quietly until one finds it (relay_announce()).
+ */
+static void
+relay_exit_no_extension(void)
+{
+	bool		log_it;
+
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	my_slot->state = RELAY_NO_EXTENSION;
+	log_it = my_slot->worker_number == 0 && !my_slot->absence_logged;
+	my_slot->absence_logged = true;
+	LWLockRelease(outbox_shared->lock);
+	if (log_it)
+		ereport(LOG,
+				(errmsg("outbox_pg relay for database \"%s\" is exiting: the extension is not installed",
+						database_name),
+				 errdetail("The database is looked at again every outbox.discovery_interval; this is not logged again until the extension is found."),
+				 errhint("Run CREATE EXTENSION outbox_pg in that database; a relay starts by itself after the first emit().")));
+	proc_exit(0);
 }
 
 static char *
@@ -1019,9 +1061,11 @@ OutboxRelayMain(Datum main_arg)
 										  "outbox_pg relay cycle",
 										  ALLOCSET_DEFAULT_SIZES);
 
-	ereport(LOG,
-			(errmsg("outbox_pg relay %d started for database \"%s\"",
-					my_slot->worker_number, database_name)));
+	/*
+	 * "started" is logged once the relay has seen the extension (the first
+	 * lease below): in a database without it the relay only starts, looks
+	 * and exits, every discovery interval, and logs that once.
+	 */
 
 	for (;;)
 	{
@@ -1072,11 +1116,15 @@ OutboxRelayMain(Datum main_arg)
 			if (need_lease && total_in_flight < outbox_batch_size)
 			{
 				bool		missing;
+				bool		started;
 				bool		drained = true;
 
 				relay_set_state(RELAY_WORKING, "leasing events");
 				circuit_recheck_at = 0; /* relay_lease() sets it again */
-				if (relay_begin(&missing))
+				started = relay_begin(&missing);
+				if (!missing && !relay_announced)
+					relay_announce();
+				if (started)
 				{
 					List	   *dests = relay_load_destinations();
 
@@ -1102,14 +1150,7 @@ OutboxRelayMain(Datum main_arg)
 				 * (its rows are gone), so there is nothing to wait for.
 				 */
 				if (missing)
-				{
-					OutboxSlotSetState(my_slot, RELAY_NO_EXTENSION);
-					ereport(LOG,
-							(errmsg("outbox_pg relay for database \"%s\" is exiting: the extension is not installed",
-									database_name),
-							 errhint("Run CREATE EXTENSION outbox_pg in that database; a relay starts by itself after the first emit().")));
-					proc_exit(0);
-				}
+					relay_exit_no_extension();
 				/*
 				 * Each event leaves the list as curl takes it, so an error
 				 * here never frees a request curl still uses.

@@ -8,6 +8,11 @@
  * request or overriding a header the relay owns.  All failures are
  * ERRCODE_INVALID_PARAMETER_VALUE unless a more specific code fits.
  *
+ * The configuration tables are checked here too (outbox._check_config()):
+ * their rows hold secrets, and a constraint violation would print the
+ * whole row.  No message of this file shows a header value, a URL or a
+ * secret; names and keys only.
+ *
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
@@ -17,7 +22,18 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "access/sysattr.h"
+#include "catalog/pg_constraint.h"
+#include "commands/comment.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
+#include "optimizer/optimizer.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
 
 #include "outbox_pg.h"
 
@@ -142,10 +158,34 @@ is_token_char(char c)
 	return strchr("!#$%&'*+-.^_`|~", c) != NULL && c != '\0';
 }
 
+/*
+ * The name a proxy may deliver a header under: lower case, with '_' taken
+ * for '-' (nginx with underscores_in_headers, CGI-style gateways and
+ * several web frameworks fold the two), so that "CE_ID" is "ce-id".
+ */
 static void
-check_header_name(const char *name, int len)
+header_canonical_name(const char *name, int len, char *out)
 {
-	char		lower[MAX_HEADER_NAME_LEN + 1];
+	for (int i = 0; i < len; i++)
+	{
+		char		c = pg_ascii_tolower((unsigned char) name[i]);
+
+		out[i] = (c == '_') ? '-' : c;
+	}
+	out[len] = '\0';
+}
+
+/*
+ * A header name: an HTTP token, and none that the relay or the wire format
+ * owns under any spelling.  scope says where the header was to be set
+ * ("per event", "on destination \"x\"").  A destination may set its own
+ * Authorization when allow_authorization (a webhook without bearer_token).
+ */
+static void
+check_header_name(const char *name, int len, const char *scope,
+				  bool allow_authorization)
+{
+	char		canon[MAX_HEADER_NAME_LEN + 1];
 
 	if (len == 0 || len > MAX_HEADER_NAME_LEN)
 		ereport(ERROR,
@@ -159,32 +199,41 @@ check_header_name(const char *name, int len)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("invalid header name \"%.*s\"", len, name),
 					 errdetail("Header names may contain only letters, digits and !#$%%&'*+-.^_`|~.")));
-		lower[i] = pg_ascii_tolower((unsigned char) name[i]);
 	}
-	lower[len] = '\0';
+	header_canonical_name(name, len, canon);
 
 	for (int i = 0; reserved_headers[i] != NULL; i++)
-		if (strcmp(lower, reserved_headers[i]) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("header \"%s\" cannot be set per event", lower),
-					 errdetail("The relay sets this header itself.")));
+	{
+		if (strcmp(canon, reserved_headers[i]) != 0)
+			continue;
+		if (allow_authorization && strcmp(canon, "authorization") == 0)
+			continue;
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("header \"%.*s\" cannot be set %s", len, name, scope),
+				 errdetail("The relay sets this header itself."),
+				 errhint("Header names compare case-insensitively and with \"_\" equal to \"-\", so this is the reserved header \"%s\".",
+						 canon)));
+	}
 	for (int i = 0; reserved_prefixes[i] != NULL; i++)
-		if (strncmp(lower, reserved_prefixes[i],
+		if (strncmp(canon, reserved_prefixes[i],
 					strlen(reserved_prefixes[i])) == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("header \"%s\" cannot be set per event", lower),
+					 errmsg("header \"%.*s\" cannot be set %s", len, name, scope),
 					 errdetail("Headers starting with \"%s\" are reserved for the wire format.",
-							   reserved_prefixes[i])));
+							   reserved_prefixes[i]),
+					 errhint("Header names compare case-insensitively and with \"_\" equal to \"-\", so this is the reserved header \"%s\".",
+							 canon)));
 }
 
 /*
- * Per-event headers: a JSON object whose keys are HTTP field names and
- * whose values are strings that fit on one header line.
+ * Extra headers, per event or per destination: a JSON object whose keys
+ * are HTTP field names and whose values are strings that fit on one
+ * header line.  No message shows a header value: it may be a secret.
  */
-void
-OutboxCheckHeaders(Datum headers)
+static void
+check_headers(Datum headers, const char *scope, bool allow_authorization)
 {
 	Jsonb	   *jb = DatumGetJsonbP(headers);
 	JsonbIterator *it;
@@ -207,14 +256,13 @@ OutboxCheckHeaders(Datum headers)
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("too many headers"),
-						 errdetail("At most %d headers can be set per event.",
-								   MAX_EXTRA_HEADERS)));
-			check_header_name(v.val.string.val, v.val.string.len);
+						 errdetail("At most %d headers can be set %s.",
+								   MAX_EXTRA_HEADERS, scope)));
+			check_header_name(v.val.string.val, v.val.string.len, scope,
+							  allow_authorization);
 		}
 		else if (tok == WJB_VALUE)
 		{
-			char	   *value;
-
 			if (v.type != jbvString)
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -225,13 +273,280 @@ OutboxCheckHeaders(Datum headers)
 						 errmsg("header value is too long"),
 						 errdetail("The maximum is %d bytes.",
 								   MAX_HEADER_VALUE_LEN)));
-			value = pnstrdup(v.val.string.val, v.val.string.len);
-			if (has_control_chars(value, true) ||
-				strlen(value) != (size_t) v.val.string.len)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("header values must not contain control characters")));
-			pfree(value);
+			for (int i = 0; i < v.val.string.len; i++)
+			{
+				unsigned char c = (unsigned char) v.val.string.val[i];
+
+				if ((c < 0x20 && c != '\t') || c == 0x7f)
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							 errmsg("header values must not contain control characters")));
+			}
 		}
 	}
+}
+
+/*
+ * Per-event headers (outbox.emit()).
+ */
+void
+OutboxCheckHeaders(Datum headers)
+{
+	check_headers(headers, "per event", false);
+}
+
+/*
+ * Has the column a different value in the new row than in the old one?
+ * Compares the detoasted bytes: an UPDATE that leaves the column alone
+ * changes nothing.
+ */
+static bool
+config_column_changed(Relation rel, HeapTuple oldtup, HeapTuple newtup,
+					  AttrNumber attnum)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Form_pg_attribute att = TupleDescAttr(desc, attnum - 1);
+	bool		oldnull,
+				newnull;
+	Datum		olddat = heap_getattr(oldtup, attnum, desc, &oldnull);
+	Datum		newdat = heap_getattr(newtup, attnum, desc, &newnull);
+
+	if (oldnull || newnull)
+		return oldnull != newnull;
+	if (att->attlen == -1)
+	{
+		struct varlena *a = PG_DETOAST_DATUM_PACKED(olddat);
+		struct varlena *b = PG_DETOAST_DATUM_PACKED(newdat);
+
+		return VARSIZE_ANY_EXHDR(a) != VARSIZE_ANY_EXHDR(b) ||
+			memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) != 0;
+	}
+	return !datumIsEqual(olddat, newdat, att->attbyval, att->attlen);
+}
+
+/* A text column of the row as a C string, or NULL. */
+static char *
+config_text_column(Relation rel, HeapTuple tup, const char *attname)
+{
+	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
+	bool		isnull;
+	Datum		d;
+
+	if (attnum == InvalidAttrNumber)
+		return NULL;
+	d = heap_getattr(tup, attnum, RelationGetDescr(rel), &isnull);
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/*
+ * A destination's own headers: the same rules as per-event headers, except
+ * that a webhook without bearer_token may send its own Authorization.
+ * Checked when written; an UPDATE that changes neither the headers nor
+ * what they are checked against leaves rows of older versions alone.
+ */
+static void
+config_check_destination_headers(Relation rel, HeapTuple oldtup,
+								 HeapTuple newtup, const char *name)
+{
+	AttrNumber	att_headers = get_attnum(RelationGetRelid(rel), "headers");
+	AttrNumber	att_kind = get_attnum(RelationGetRelid(rel), "kind");
+	AttrNumber	att_bearer = get_attnum(RelationGetRelid(rel), "bearer_token");
+	char	   *kind;
+	bool		isnull;
+	Datum		headers;
+
+	if (att_headers == InvalidAttrNumber || att_kind == InvalidAttrNumber ||
+		att_bearer == InvalidAttrNumber)
+		return;
+	if (oldtup != NULL &&
+		!config_column_changed(rel, oldtup, newtup, att_headers) &&
+		!config_column_changed(rel, oldtup, newtup, att_kind) &&
+		!config_column_changed(rel, oldtup, newtup, att_bearer))
+		return;
+
+	headers = heap_getattr(newtup, att_headers, RelationGetDescr(rel), &isnull);
+	if (isnull)
+		return;
+	kind = config_text_column(rel, newtup, "kind");
+	(void) heap_getattr(newtup, att_bearer, RelationGetDescr(rel), &isnull);
+	check_headers(headers, psprintf("on destination \"%s\"", name),
+				  kind != NULL && strcmp(kind, "webhook") == 0 && isnull);
+}
+
+/* "destination \"orders\"", or the table when the key is unknown or bad */
+static char *
+config_row_name(Relation rel, const char *noun, const char *key)
+{
+	if (key == NULL)
+		return psprintf("a row of table \"%s\"", RelationGetRelationName(rel));
+	return psprintf("%s \"%s\"", noun, key);
+}
+
+/* The comment on a constraint of the table (what it allows), or NULL. */
+static char *
+config_constraint_comment(Relation rel, const char *conname)
+{
+	Oid			conoid = get_relation_constraint_oid(RelationGetRelid(rel),
+													 conname, true);
+
+	return OidIsValid(conoid) ? GetComment(conoid, ConstraintRelationId, 0) : NULL;
+}
+
+/*
+ * Report a failed CHECK constraint: the columns it reads, the row by its
+ * key (not when the key is among those columns: it is what is wrong), and
+ * the constraint's comment as the detail.  Never a value.
+ */
+static void
+config_report_check(Relation rel, const char *conname, Node *expr,
+					const char *noun, const char *key, AttrNumber key_attnum)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Bitmapset  *attrs = NULL;
+	StringInfoData cols;
+	int			ncols = 0;
+	int			k = -1;
+	char	   *row;
+	char	   *comment;
+
+	pull_varattnos(expr, 1, &attrs);
+	initStringInfo(&cols);
+	while ((k = bms_next_member(attrs, k)) >= 0)
+	{
+		AttrNumber	attnum = k + FirstLowInvalidHeapAttributeNumber;
+
+		if (attnum <= 0)
+			continue;
+		if (attnum == key_attnum)
+			key = NULL;
+		appendStringInfo(&cols, "%s\"%s\"", ncols > 0 ? ", " : "",
+						 NameStr(TupleDescAttr(desc, attnum - 1)->attname));
+		ncols++;
+	}
+	row = config_row_name(rel, noun, key);
+	comment = config_constraint_comment(rel, conname);
+	ereport(ERROR,
+			(errcode(ERRCODE_CHECK_VIOLATION),
+			 ncols == 0 ?
+			 errmsg("%s violates check constraint \"%s\"", row, conname) :
+			 ncols == 1 ?
+			 errmsg("column %s of %s violates check constraint \"%s\"",
+					cols.data, row, conname) :
+			 errmsg("columns %s of %s violate check constraint \"%s\"",
+					cols.data, row, conname),
+			 comment ? errdetail("%s", comment) : 0,
+			 errtableconstraint(rel, conname)));
+}
+
+PG_FUNCTION_INFO_V1(outbox_check_config);
+
+/*
+ * outbox._check_config(noun, key_column) — BEFORE INSERT OR UPDATE row
+ * trigger on the configuration tables (destinations, routes, credentials,
+ * inbox handlers), named to fire before their other triggers.
+ *
+ * A NOT NULL or CHECK violation reports the whole row in its detail
+ * ("Failing row contains (...)"), to the client and into the server log,
+ * and these rows hold secrets: signing secrets, bearer tokens, AWS keys,
+ * passwords, header values, URLs with a user name and password.  So this
+ * trigger first checks what the constraints would check — every NOT NULL
+ * column, then every CHECK constraint of the table, evaluated from the
+ * catalog so that the two never disagree — and reports a violation with
+ * the constraint's own SQLSTATE, naming the row by its key (noun and
+ * key_column: 'destination', 'name'), the columns and the constraint, with
+ * the constraint's comment as the detail; never a value.  The constraints
+ * stay as the backstop.  Foreign key and unique violations are left to
+ * PostgreSQL: their detail shows the key only, and every key here is a
+ * name.  On outbox.destinations the headers are then checked like
+ * per-event headers.
+ */
+Datum
+outbox_check_config(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	Relation	rel;
+	TupleDesc	desc;
+	HeapTuple	newtup;
+	HeapTuple	oldtup = NULL;
+	TupleConstr *constr;
+	const char *noun;
+	AttrNumber	key_attnum;
+	char	   *key = NULL;
+	bool		isnull;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		TRIGGER_FIRED_BY_DELETE(trigdata->tg_event) ||
+		trigdata->tg_trigger->tgnargs < 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("outbox._check_config() must be called as a BEFORE INSERT OR UPDATE row trigger with two arguments")));
+
+	rel = trigdata->tg_relation;
+	desc = RelationGetDescr(rel);
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+	{
+		oldtup = trigdata->tg_trigtuple;
+		newtup = trigdata->tg_newtuple;
+	}
+	else
+		newtup = trigdata->tg_trigtuple;
+	noun = trigdata->tg_trigger->tgargs[0];
+	key_attnum = get_attnum(RelationGetRelid(rel),
+							trigdata->tg_trigger->tgargs[1]);
+	if (key_attnum != InvalidAttrNumber)
+	{
+		Datum		d = heap_getattr(newtup, key_attnum, desc, &isnull);
+
+		if (!isnull)
+			key = TextDatumGetCString(d);
+	}
+
+	/* NOT NULL, in column order, as the executor checks them */
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || !att->attnotnull)
+			continue;
+		(void) heap_getattr(newtup, att->attnum, desc, &isnull);
+		if (isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_NOT_NULL_VIOLATION),
+					 errmsg("column \"%s\" of %s must not be null",
+							NameStr(att->attname),
+							config_row_name(rel, noun, key)),
+					 errtablecol(rel, att->attnum)));
+	}
+
+	/* CHECK constraints, in the order the executor evaluates them */
+	constr = desc->constr;
+	if (constr != NULL && constr->num_check > 0)
+	{
+		EState	   *estate = CreateExecutorState();
+		ExprContext *econtext = GetPerTupleExprContext(estate);
+		TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+
+		ExecStoreHeapTuple(newtup, slot, false);
+		econtext->ecxt_scantuple = slot;
+		for (int i = 0; i < constr->num_check; i++)
+		{
+			ConstrCheck *check = &constr->check[i];
+			Expr	   *expr = stringToNode(check->ccbin);
+			ExprState  *state = ExecPrepareExpr(expr, estate);
+
+			if (!ExecCheck(state, econtext))
+				config_report_check(rel, check->ccname, (Node *) expr,
+									noun, key, key_attnum);
+		}
+		ExecDropSingleTupleTableSlot(slot);
+		FreeExecutorState(estate);
+	}
+
+	if (trigdata->tg_trigger->tgnargs >= 3 &&
+		strcmp(trigdata->tg_trigger->tgargs[2], "headers") == 0)
+		config_check_destination_headers(rel, oldtup, newtup, key);
+
+	return PointerGetDatum(newtup);
 }
