@@ -92,20 +92,12 @@ struct PeerSecrets
 
 /* ---- collecting secrets ---- */
 
+/* Duplicates are removed once all are collected (OutboxPeerSecrets). */
 static void
 peer_add_form(List **forms, const char *form, size_t len)
 {
-	ListCell   *lc;
-
 	if (len == 0)
 		return;
-	foreach(lc, *forms)
-	{
-		const char *f = lfirst(lc);
-
-		if (strlen(f) == len && memcmp(f, form, len) == 0)
-			return;
-	}
 	*forms = lappend(*forms, pnstrdup(form, len));
 }
 
@@ -305,13 +297,16 @@ peer_add_url(List **forms, const char *url)
 	peer_add_basic(forms, userinfo, colon + 1);
 }
 
+/* Longest first; equal forms next to each other. */
 static int
 peer_longest_first(const ListCell *a, const ListCell *b)
 {
 	size_t		la = strlen(lfirst(a));
 	size_t		lb = strlen(lfirst(b));
 
-	return (la < lb) ? 1 : (la > lb) ? -1 : 0;
+	if (la != lb)
+		return (la < lb) ? 1 : -1;
+	return strcmp(lfirst(a), lfirst(b));
 }
 
 /*
@@ -355,16 +350,20 @@ OutboxPeerSecrets(const PeerSecretSources *src)
 	foreach(lc, forms)
 		size += strlen(lfirst(lc)) + 1;
 	secrets = palloc(size);
-	secrets->size = size;
-	secrets->nforms = list_length(forms);
+	secrets->nforms = 0;
 	p = secrets->data;
 	foreach(lc, forms)
 	{
 		size_t		len = strlen(lfirst(lc));
 
+		if (foreach_current_index(lc) > 0 &&
+			strcmp(lfirst(lc), list_nth(forms, foreach_current_index(lc) - 1)) == 0)
+			continue;
 		memcpy(p, lfirst(lc), len + 1);
 		p += len + 1;
+		secrets->nforms++;
 	}
+	secrets->size = p - (char *) secrets;
 	list_free_deep(forms);
 	return secrets;
 }
