@@ -46,6 +46,9 @@ SELECT outbox._sanitize_peer_text(convert_to(
 -- a header value: whole, and its credentials after the scheme
 SELECT outbox._sanitize_peer_text(convert_to('x-api-key: k3y-v4lue; auth Token s3cr3t-tok', 'UTF8'), 255,
          secrets => '{"headers": {"X-Api-Key": "k3y-v4lue", "Authorization": "Token s3cr3t-tok"}}') AS headers;
+-- a value that is no "scheme credentials" pair is redacted whole only
+SELECT outbox._sanitize_peer_text(convert_to('charset=utf-8 vs text/plain; charset=utf-8', 'UTF8'), 255,
+         secrets => '{"headers": {"Content-Type": "text/plain; charset=utf-8"}}') AS not_a_scheme;
 
 -- basic credentials: the base64 a peer echoes, user:pass, the password alone
 SELECT outbox._sanitize_peer_text(convert_to(

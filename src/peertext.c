@@ -106,7 +106,8 @@ peer_base64(const char *s, size_t len)
 {
 	int			enclen = pg_b64_enc_len((int) len);
 	char	   *out = palloc(enclen + 1);
-	int			n = pg_b64_encode(s, (int) len, out, enclen);
+	/* void *: the source is const char * before PostgreSQL 18, uint8 * after */
+	int			n = pg_b64_encode((const void *) s, (int) len, out, enclen);
 
 	out[Max(n, 0)] = '\0';
 	return out;
@@ -213,9 +214,15 @@ peer_add_header(List **forms, const char *line)
 		value++;
 	peer_add_secret(forms, value);
 
-	/* "Scheme credentials": the credentials alone, and "Scheme x" always */
+	/*
+	 * "Scheme credentials" (an auth scheme is a token: letters, digits, '-'
+	 * or '_'; "text/plain; charset=..." is no scheme): the credentials
+	 * alone, and "Scheme x" always.
+	 */
 	space = strchr(value, ' ');
-	if (space != NULL && space > value)
+	if (space != NULL && space > value &&
+		strspn(value, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") ==
+		(size_t) (space - value))
 	{
 		const char *cred = space + 1;
 
@@ -229,7 +236,7 @@ peer_add_header(List **forms, const char *line)
 		{
 			int			declen = pg_b64_dec_len(strlen(cred));
 			char	   *dec = palloc(declen + 1);
-			int			n = pg_b64_decode(cred, strlen(cred), dec, declen);
+			int			n = pg_b64_decode(cred, strlen(cred), (void *) dec, declen);
 			char	   *colon;
 
 			if (n > 0)

@@ -1104,7 +1104,7 @@ OutboxRelayMain(Datum main_arg)
 				last_logged_at = now;
 			/* an error may quote what a destination said */
 			safe = OutboxPeerText(edata->message, strlen(edata->message), false,
-								  NULL, 2 * OUTBOX_ERROR_LEN);
+								  NULL, 8 * OUTBOX_ERROR_LEN);
 			ereport(repeated ? DEBUG1 : LOG,
 					(errmsg("outbox_pg relay for database \"%s\" failed a cycle: %s",
 							database_name, safe),
