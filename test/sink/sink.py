@@ -25,6 +25,8 @@ Paths (anything after the mode is free, e.g. a destination name):
   /echo/<code>/<body>/...      <code> with a body a careless or hostile peer might send:
                                  headers     the credentials, the signing secret (when the
                                              request is signed) and every request header, as JSON
+                                 awsxml      an SNS error quoting X-Amz-Security-Token and
+                                             Authorization
                                  at/<n>      n dots, then the Authorization header's value
                                              (to put a secret across a stored limit)
                                  straddle/<n> n bytes, then multibyte characters
@@ -96,6 +98,12 @@ def echo_body(what, headers):
                            "signing_secret": shared,
                            "signing_key": shared and shared[len("whsec_"):],
                            "request_headers": headers}).encode()
+    if what[0] == "awsxml":
+        # an AWS Query-protocol error quoting what was signed, as AWS does
+        return ("<ErrorResponse><Error><Type>Sender</Type><Code>InvalidParameter</Code>"
+                "<Message>token %s auth %s</Message></Error></ErrorResponse>"
+                % (headers.get("x-amz-security-token", ""),
+                   headers.get("authorization", ""))).encode()
     if what[0] == "at":
         return b"." * int(what[1]) + headers.get("authorization", "").encode() + b" was refused"
     if what[0] == "straddle":

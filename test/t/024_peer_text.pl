@@ -3,8 +3,9 @@
 # The sink (test/sink/sink.py, /echo/...) answers 400 with bodies a
 # careless or hostile peer sends: every request header echoed (a bearer
 # token, an API key header, basic credentials from outbox.credentials and
-# from the URL's userinfo, and the Standard Webhooks secret), a secret
-# across the stored limit, a multibyte character across it, invalid UTF-8,
+# from the URL's userinfo, and the Standard Webhooks secret), an SNS
+# error quoting the session token and access key id, a secret across the
+# stored limit, a multibyte character across it, invalid UTF-8,
 # ESC/ANSI sequences with NUL, CR and CSI.  In a UTF8, a SQL_ASCII and a
 # LATIN1 database the events are dead-lettered with their errors; then:
 #  - no secret (raw, base64, "user:pass") is in any column of
@@ -37,6 +38,9 @@ my $rmq_user = 'outbox-user';
 my $rmq_pass = 'pw-RABBIT-77aa88bb';
 my $url_user = 'urluser';
 my $url_pass = 'pw-URL-5566ccdd';
+my $aws_key_id = 'AKIAPEERTEXT0001';
+my $aws_secret = 'secret-AWS-aabbccddeeff';
+my $aws_token = 'token-AWS-0011223344';
 my $signing = secret();
 (my $signing_key = $signing) =~ s/^whsec_//;
 
@@ -49,6 +53,9 @@ my %forbidden = (
 	'RabbitMQ user:pass' => "$rmq_user:$rmq_pass",
 	'URL password' => $url_pass,
 	'URL basic credentials' => encode_base64("$url_user:$url_pass", ''),
+	'AWS access key id' => $aws_key_id,
+	'AWS secret key' => $aws_secret,
+	'AWS session token' => $aws_token,
 	'signing secret' => $signing,
 	'signing key' => $signing_key,
 	# the first 10 characters: what a cut after the limit would leave
@@ -75,7 +82,7 @@ my %destinations = (
 	invalid    => "$u/echo/400/invalid/i",
 	ansi       => "$u/echo/400/ansi/a",
 );
-my $ndest = keys(%destinations) + 2;
+my $ndest = keys(%destinations) + 3;
 
 for my $db (@dbs)
 {
@@ -98,6 +105,11 @@ for my $db (@dbs)
 		INSERT INTO outbox.destinations (name, kind, url, credentials)
 		VALUES ('rabbit', 'rabbitmq', '$u/echo/400/headers/r', 'rmq'),
 		       ('rabbit_cut', 'rabbitmq', '$u/echo/400/at/228/rc', 'rmq');
+		INSERT INTO outbox.credentials (name, aws_access_key_id, aws_secret_access_key, aws_session_token)
+		VALUES ('aws', '$aws_key_id', '$aws_secret', '$aws_token');
+		INSERT INTO outbox.destinations (name, kind, url, credentials, options)
+		VALUES ('sns', 'sns', '$u/echo/400/awsxml/n', 'aws',
+		        '{"topic_arn": "arn:aws:sns:eu-west-1:123456789012:orders"}');
 	});
 	$node->safe_psql($name, qq{
 		SELECT outbox.emit('peer.text', d.name, '{"n": 1}', destination => d.name)
@@ -131,6 +143,9 @@ for my $db (@dbs)
 	like($node->safe_psql($name, q{SELECT last_error FROM outbox.events WHERE destination = 'rabbit'}),
 		qr/^HTTP 400: .*"authorization": "Basic \[redacted\]"/,
 		"$encoding: RabbitMQ basic credentials echoed are redacted");
+	like($node->safe_psql($name, q{SELECT last_error FROM outbox.events WHERE destination = 'sns'}),
+		qr{^HTTP 400: InvalidParameter: token \[redacted\] auth AWS4-HMAC-SHA256 Credential=\[redacted\]/},
+		"$encoding: an AWS error quoting the session token and access key id is redacted");
 	like($node->safe_psql($name, q{SELECT last_error FROM outbox.events WHERE destination = 'bearer_cut'}),
 		qr/^HTTP 400: \.{228}\[redacted\] was re$/,
 		"$encoding: a token across the stored limit is redacted whole");
