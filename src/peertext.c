@@ -34,11 +34,11 @@
  * ending that is the start of a secret (PEER_PARTIAL_MIN bytes or more) is
  * redacted too.
  *
- * The secrets of a destination are collected once per configuration load
- * by OutboxPeerSecrets(): header values (Authorization and any other), the
- * bearer token, the Standard Webhooks secrets, the AWS keys and session
- * token, the RabbitMQ user's password and the password of the URL's
- * userinfo.  Each is redacted raw and in the forms a peer echoes it:
+ * The secrets of a destination are collected by OutboxPeerSecrets() at
+ * every configuration load (built again only when they changed): header
+ * values (Authorization and any other), the bearer token, the Standard
+ * Webhooks secrets, the AWS keys and session token, the RabbitMQ user's
+ * password and the password of the URL's userinfo.  Each is redacted raw and in the forms a peer echoes it:
  * base64 (what "Authorization: Basic" carries), percent-encoded (upper and
  * lower case hex) and JSON-escaped (with "/" as "\/" too).  A secret
  * shorter than OUTBOX_SECRET_MIN_LEN bytes is not redacted wherever it
@@ -68,6 +68,7 @@
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 
 #include "outbox_pg.h"
 
@@ -79,16 +80,38 @@ PG_FUNCTION_INFO_V1(outbox_sanitize_peer_text);
 #define PEER_PARTIAL_MIN	3
 
 /*
- * The redaction forms of one destination: NUL-terminated strings one after
- * the other in data, longest first.  One chunk, so that every event can
- * keep its own copy cheaply (OutboxPeerSecretsCopy).
+ * The redaction forms of one destination, longest first: form i is the
+ * text from offsets[i] to offsets[i + 1] of the bytes after the offsets.
+ * One chunk, so that every event can keep its own copy cheaply
+ * (OutboxPeerSecretsCopy).
  */
 struct PeerSecrets
 {
 	Size		size;			/* of the whole struct */
 	int			nforms;
-	char		data[FLEXIBLE_ARRAY_MEMBER];
+	uint8		first[32];		/* bitmap of the bytes a form starts with */
+	uint32		offsets[FLEXIBLE_ARRAY_MEMBER]; /* nforms + 1 */
 };
+
+#define PEER_FORMS_TEXT(s)	((const char *) &(s)->offsets[(s)->nforms + 1])
+
+/*
+ * Built secrets by their sources, so that the relay's configuration load
+ * (every lease step) builds a destination's forms only when its secrets
+ * changed.  Emptied when full.
+ */
+#define PEER_CACHE_SIZE		64
+
+typedef struct PeerCacheEntry
+{
+	char	   *key;			/* the sources, serialized */
+	int			keylen;
+	PeerSecrets *secrets;		/* NULL: the sources hold no secret */
+} PeerCacheEntry;
+
+static MemoryContext peer_cache_context = NULL;
+static PeerCacheEntry peer_cache[PEER_CACHE_SIZE];
+static int	peer_cache_used = 0;
 
 /* ---- collecting secrets ---- */
 
@@ -316,18 +339,17 @@ peer_longest_first(const ListCell *a, const ListCell *b)
 	return strcmp(lfirst(a), lfirst(b));
 }
 
-/*
- * Every secret of a destination, in all its forms.  NULL when there is
- * none.  Allocated in the current memory context.
- */
-PeerSecrets *
-OutboxPeerSecrets(const PeerSecretSources *src)
+/* Every secret of a destination, in all its forms; NULL if none. */
+static PeerSecrets *
+peer_build_secrets(const PeerSecretSources *src)
 {
 	List	   *forms = NIL;
+	List	   *unique = NIL;
 	ListCell   *lc;
 	PeerSecrets *secrets;
-	Size		size = offsetof(PeerSecrets, data);
+	Size		text_size = 0;
 	char	   *p;
+	int			i = 0;
 
 	peer_add_url(&forms, src->url);
 	foreach(lc, src->header_lines)
@@ -355,23 +377,100 @@ OutboxPeerSecrets(const PeerSecretSources *src)
 		return NULL;
 	list_sort(forms, peer_longest_first);
 	foreach(lc, forms)
-		size += strlen(lfirst(lc)) + 1;
-	secrets = palloc(size);
-	secrets->nforms = 0;
-	p = secrets->data;
-	foreach(lc, forms)
 	{
-		size_t		len = strlen(lfirst(lc));
-
-		if (foreach_current_index(lc) > 0 &&
-			strcmp(lfirst(lc), list_nth(forms, foreach_current_index(lc) - 1)) == 0)
+		if (unique != NIL && strcmp(lfirst(lc), llast(unique)) == 0)
 			continue;
-		memcpy(p, lfirst(lc), len + 1);
-		p += len + 1;
-		secrets->nforms++;
+		unique = lappend(unique, lfirst(lc));
+		text_size += strlen(lfirst(lc));
 	}
+
+	secrets = palloc0(offsetof(PeerSecrets, offsets) +
+					  (list_length(unique) + 1) * sizeof(uint32) + text_size);
+	secrets->nforms = list_length(unique);
+	p = (char *) PEER_FORMS_TEXT(secrets);
+	foreach(lc, unique)
+	{
+		const char *f = lfirst(lc);
+		size_t		len = strlen(f);
+		uint8		c = (uint8) f[0];
+
+		secrets->offsets[i++] = p - PEER_FORMS_TEXT(secrets);
+		secrets->first[c >> 3] |= (uint8) (1 << (c & 7));
+		memcpy(p, f, len);
+		p += len;
+	}
+	secrets->offsets[i] = p - PEER_FORMS_TEXT(secrets);
 	secrets->size = p - (char *) secrets;
+	list_free(unique);
 	list_free_deep(forms);
+	return secrets;
+}
+
+static void
+peer_key_append(StringInfo key, const char *value)
+{
+	if (value == NULL)
+		appendStringInfoString(key, "-|");
+	else
+		appendStringInfo(key, "%zu:%s|", strlen(value), value);
+}
+
+/*
+ * Every secret of a destination, in all its forms; NULL when there is
+ * none.  The result is a copy in the current memory context.
+ */
+PeerSecrets *
+OutboxPeerSecrets(const PeerSecretSources *src)
+{
+	StringInfoData key;
+	ListCell   *lc;
+	PeerCacheEntry *entry;
+	PeerSecrets *secrets;
+	MemoryContext old;
+
+	initStringInfo(&key);
+	peer_key_append(&key, src->url);
+	foreach(lc, src->header_lines)
+		peer_key_append(&key, lfirst(lc));
+	appendStringInfoChar(&key, '/');
+	peer_key_append(&key, src->bearer_token);
+	foreach(lc, src->signing_secrets)
+		peer_key_append(&key, lfirst(lc));
+	appendStringInfoChar(&key, '/');
+	peer_key_append(&key, src->aws_access_key_id);
+	peer_key_append(&key, src->aws_secret_access_key);
+	peer_key_append(&key, src->aws_session_token);
+	peer_key_append(&key, src->username);
+	peer_key_append(&key, src->password);
+
+	for (int i = 0; i < peer_cache_used; i++)
+	{
+		entry = &peer_cache[i];
+		if (entry->keylen == key.len && memcmp(entry->key, key.data, key.len) == 0)
+		{
+			pfree(key.data);
+			return OutboxPeerSecretsCopy(entry->secrets);
+		}
+	}
+
+	if (peer_cache_context == NULL)
+		peer_cache_context = AllocSetContextCreate(TopMemoryContext,
+												   "outbox_pg peer secrets",
+												   ALLOCSET_SMALL_SIZES);
+	if (peer_cache_used == PEER_CACHE_SIZE)
+	{
+		MemoryContextReset(peer_cache_context);
+		peer_cache_used = 0;
+	}
+	secrets = peer_build_secrets(src);
+	old = MemoryContextSwitchTo(peer_cache_context);
+	entry = &peer_cache[peer_cache_used];
+	entry->key = pnstrdup(key.data, key.len);
+	entry->keylen = key.len;
+	entry->secrets = OutboxPeerSecretsCopy(secrets);
+	peer_cache_used++;
+	MemoryContextSwitchTo(old);
+	pfree(key.data);
 	return secrets;
 }
 
@@ -399,21 +498,26 @@ static size_t
 peer_match_secret(const PeerSecrets *secrets, const char *data, size_t left,
 				  bool truncated)
 {
-	const char *f = secrets->data;
+	const char *text = PEER_FORMS_TEXT(secrets);
+	uint8		c = (uint8) data[0];
 
+	if ((secrets->first[c >> 3] & (1 << (c & 7))) == 0)
+		return 0;
 	for (int i = 0; i < secrets->nforms; i++)
 	{
-		size_t		flen = strlen(f);
+		const char *f = text + secrets->offsets[i];
+		size_t		flen = secrets->offsets[i + 1] - secrets->offsets[i];
 
+		if (f[0] != data[0])
+			continue;
 		if (flen <= left)
 		{
-			if (data[0] == f[0] && memcmp(data, f, flen) == 0)
+			if (memcmp(data, f, flen) == 0)
 				return flen;
 		}
 		else if (truncated && left >= PEER_PARTIAL_MIN &&
 				 memcmp(data, f, left) == 0)
 			return left;
-		f += flen + 1;
 	}
 	return 0;
 }
