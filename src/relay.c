@@ -355,12 +355,13 @@ relay_load_destinations(void)
 			for (int k = 0; k < n; k++)
 			{
 				StringInfo	key = makeStringInfo();
+				char	   *secret;
 
 				if (nulls[k])
 					continue;
-				src.signing_secrets = lappend(src.signing_secrets,
-											  TextDatumGetCString(elems[k]));
-				if (OutboxDecodeSigningSecret(TextDatumGetCString(elems[k]), key))
+				secret = TextDatumGetCString(elems[k]);
+				src.signing_secrets = lappend(src.signing_secrets, secret);
+				if (OutboxDecodeSigningSecret(secret, key))
 					d->target.signing_keys = lappend(d->target.signing_keys, key);
 				else
 					ereport(WARNING,
