@@ -34,7 +34,8 @@ OBJS = \
 	src/ordering.o \
 	src/retention.o \
 	src/inbox_worker.o \
-	src/upgrade.o
+	src/upgrade.o \
+	src/peertext.o
 
 EXTENSION = outbox_pg
 DATA = $(wildcard sql/outbox_pg--*.sql)
@@ -46,7 +47,7 @@ PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-init
 
 REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
 	ops_monitoring inbox_messages ha_columns brokers_config circuit \
-	config_secrets search_path
+	config_secrets search_path peer_text
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked order_lease order_gap \
 	inbox_receive_concurrent

@@ -36,6 +36,9 @@
  * retried too (fixing the configuration recovers the backlog) and count
  * against the destination's circuit breaker; other client errors are the
  * message's fault and go to the dead letters.
+ * The code and message are quoted as AWS sent them; the relay bounds,
+ * escapes and redacts them (keys and session token) when it records them
+ * (peertext.c).
  *
  * Copyright (c) 2026, outbox_pg developers
  *
@@ -255,7 +258,7 @@ OutboxAwsClassifyError(BrokerBatch *batch, HttpRequest *req,
 	else
 		outcome = OUTCOME_DEAD;
 
-	error = psprintf("HTTP %d: %s: %.180s", status,
+	error = psprintf("HTTP %d: %s: %s", status,
 					 code ? code : "error", message ? message : "");
 	for (int i = 0; i < batch->nmsgs; i++)
 		OutboxBrokerDecide(batch->msgs[i], outcome, status, error);

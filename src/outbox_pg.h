@@ -101,7 +101,15 @@ typedef enum InboxMessageColumn
 
 /* Most relay workers in one cluster (all databases together). */
 #define OUTBOX_MAX_RELAYS		64
+
+/*
+ * Stored error texts (outbox.events.last_error, a worker slot's last
+ * error) hold at most OUTBOX_ERROR_LEN - 1 bytes (peertext.c cuts them).
+ * The relay reads twice that much of a response body, so that a secret
+ * across the stored limit is still seen whole and redacted.
+ */
 #define OUTBOX_ERROR_LEN		256
+#define OUTBOX_RESPONSE_PREFIX_LEN (2 * OUTBOX_ERROR_LEN)
 
 /* guc.c */
 extern int	outbox_max_payload_size;
@@ -234,7 +242,7 @@ typedef struct HttpRequest
 	int64		duration_us;	/* total time of the request */
 	size_t		response_total;
 	size_t		response_len;
-	char		response[256];	/* start of the response body */
+	char		response[OUTBOX_RESPONSE_PREFIX_LEN];	/* start of the body */
 	char		error[CURL_ERROR_SIZE];
 	struct HttpRequest *next_done;
 } HttpRequest;
@@ -461,6 +469,31 @@ extern void OutboxSqsClassify(BrokerBatch *batch, HttpRequest *req);
 extern void OutboxRabbitBuild(const BrokerTarget *t, BrokerMessage *msg,
 							  HttpRequest *req, BrokerBatch *batch);
 extern void OutboxRabbitClassify(BrokerBatch *batch, HttpRequest *req);
+
+/* peertext.c */
+/* Secrets shorter than this are redacted only where their context names them. */
+#define OUTBOX_SECRET_MIN_LEN	6
+
+typedef struct PeerSecrets PeerSecrets;
+
+/* Where a destination keeps secrets (each member optional). */
+typedef struct PeerSecretSources
+{
+	const char *url;			/* its userinfo */
+	List	   *header_lines;	/* "Name: value" */
+	const char *bearer_token;
+	List	   *signing_secrets;	/* "whsec_..." as configured */
+	const char *aws_access_key_id;
+	const char *aws_secret_access_key;
+	const char *aws_session_token;
+	const char *username;
+	const char *password;
+} PeerSecretSources;
+
+extern PeerSecrets *OutboxPeerSecrets(const PeerSecretSources *src);
+extern PeerSecrets *OutboxPeerSecretsCopy(const PeerSecrets *secrets);
+extern char *OutboxPeerText(const char *data, size_t len, bool truncated,
+							const PeerSecrets *secrets, int max_bytes);
 
 /* validate.c */
 extern bool OutboxTraceparentIsValid(const char *value);

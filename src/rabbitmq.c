@@ -31,6 +31,10 @@
  * Other 4xx are the message's fault (dead letter); 5xx and network
  * errors are retried.
  *
+ * Error texts quote the broker's answer as it came; the relay bounds,
+ * escapes and redacts them (the basic credentials a broker may echo
+ * included) when it records them (peertext.c).
+ *
  * The management API is not a high-throughput path (one request per
  * message), but it is a real broker with real routing and persistence.
  *
@@ -184,7 +188,7 @@ OutboxRabbitClassify(BrokerBatch *batch, HttpRequest *req)
 							   "unroutable: the exchange routed the message to no queue (routed: false); bind a queue for its routing key");
 		else
 			OutboxBrokerDecide(msg, OUTCOME_RETRY, status,
-							   psprintf("HTTP %d: the answer does not say whether the message was routed: %.180s",
+							   psprintf("HTTP %d: the answer does not say whether the message was routed: %s",
 										status, text));
 		return;
 	}
@@ -199,9 +203,9 @@ OutboxRabbitClassify(BrokerBatch *batch, HttpRequest *req)
 	{
 		batch->destination_failure = true;
 		OutboxBrokerDecide(msg, OUTCOME_RETRY, status,
-						   psprintf("HTTP %d: %.200s", status, text));
+						   psprintf("HTTP %d: %s", status, text));
 	}
 	else
 		OutboxBrokerDecide(msg, OUTCOME_DEAD, status,
-						   psprintf("HTTP %d: %.200s", status, text));
+						   psprintf("HTTP %d: %s", status, text));
 }

@@ -132,6 +132,7 @@ typedef struct DestinationConfig
 	int			circuit_threshold;
 	WebhookTarget target;
 	BrokerTarget *broker;		/* kinds sns, sqs, rabbitmq; NULL: webhook */
+	PeerSecrets *secrets;		/* redacted from what the peer says */
 } DestinationConfig;
 
 /* One leased event, in its own memory context until recorded. */
@@ -148,6 +149,7 @@ typedef struct RelayEvent
 	double		max_age_secs;
 	char	   *url;
 	char	   *body;
+	PeerSecrets *secrets;		/* its destination's, when leased */
 	HttpRequest req;			/* req.owner: see relay_event_of() */
 	TimestampTz started_at;		/* when its request was started */
 	bool		probe;			/* the circuit's probe (deststats.c) */
@@ -376,7 +378,9 @@ relay_load_destinations(void)
 		bool		found;
 		char	   *format;
 		char	   *kind;
+		PeerSecretSources src;
 
+		memset(&src, 0, sizeof(src));
 		d = palloc0(sizeof(DestinationConfig));
 		d->name = spi_text(tup, desc, 1);
 		d->url = spi_text(tup, desc, 2);
@@ -403,10 +407,13 @@ relay_load_destinations(void)
 			for (int k = 0; k < n; k++)
 			{
 				StringInfo	key = makeStringInfo();
+				char	   *secret;
 
 				if (nulls[k])
 					continue;
-				if (OutboxDecodeSigningSecret(TextDatumGetCString(elems[k]), key))
+				secret = TextDatumGetCString(elems[k]);
+				src.signing_secrets = lappend(src.signing_secrets, secret);
+				if (OutboxDecodeSigningSecret(secret, key))
 					d->target.signing_keys = lappend(d->target.signing_keys, key);
 				else
 					ereport(WARNING,
@@ -431,7 +438,16 @@ relay_load_destinations(void)
 			d->broker = OutboxBrokerTarget(kind, d->name, d->url,
 										   SPI_getbinval(tup, desc, 17, &isnull),
 										   credentials);
+			src.aws_access_key_id = credentials[0];
+			src.aws_secret_access_key = credentials[1];
+			src.aws_session_token = credentials[2];
+			src.username = credentials[3];
+			src.password = credentials[4];
 		}
+		src.url = d->url;
+		src.header_lines = d->target.headers;
+		src.bearer_token = d->target.bearer_token;
+		d->secrets = OutboxPeerSecrets(&src);
 		MemoryContextSwitchTo(old);
 
 		rd = hash_search(destinations, d->name, HASH_ENTER, &found);
@@ -668,6 +684,7 @@ relay_lease(List *dests, bool *drained, List **leased)
 			ev->backoff_max_ms = d->backoff_max_ms;
 			ev->max_age_secs = d->max_age_secs;
 			ev->url = pstrdup(d->url);
+			ev->secrets = OutboxPeerSecretsCopy(d->secrets);
 
 			memset(&wev, 0, sizeof(wev));
 			wev.id = spi_text(tup, desc, 1);
@@ -779,20 +796,40 @@ relay_status(RelayEvent *ev)
 	return ev->msg != NULL ? ev->msg->status : ev->req.status;
 }
 
+/*
+ * The error recorded on the event: what the destination said (or libcurl
+ * about it), made safe to store by peertext.c, secrets redacted.
+ */
 static char *
 relay_error_text(RelayEvent *ev)
 {
 	HttpRequest *req = &ev->req;
+	HttpRequest *sent = ev->carrier ? &ev->carrier->req : req;
+	StringInfoData text;
+	bool		cut = false;
 
+	initStringInfo(&text);
 	if (ev->msg != NULL)
-		return pstrdup(ev->msg->error ? ev->msg->error : "failed");
-	if (req->curl_code != CURLE_OK || req->refused)
-		return pstrdup(req->error[0] ? req->error : "request failed");
-	if (req->status >= 300 && req->status < 400)
-		return psprintf("HTTP %d: redirects are not followed", req->status);
-	if (req->response_len > 0)
-		return psprintf("HTTP %d: %s", req->status, req->response);
-	return psprintf("HTTP %d", req->status);
+	{
+		appendStringInfoString(&text, ev->msg->error ? ev->msg->error : "failed");
+		/* a broker's text may end where its response buffer did */
+		cut = sent->response_total > (sent->capture ? sent->capture_len :
+									  sent->response_len);
+	}
+	else if (req->curl_code != CURLE_OK || req->refused)
+		appendStringInfoString(&text, req->error[0] ? req->error : "request failed");
+	else if (req->status >= 300 && req->status < 400)
+		appendStringInfo(&text, "HTTP %d: redirects are not followed", req->status);
+	else if (req->response_len > 0)
+	{
+		appendStringInfo(&text, "HTTP %d: ", req->status);
+		appendBinaryStringInfo(&text, req->response, req->response_len);
+		cut = req->response_total > req->response_len;
+	}
+	else
+		appendStringInfo(&text, "HTTP %d", req->status);
+	return OutboxPeerText(text.data, text.len, cut, ev->secrets,
+						  OUTBOX_ERROR_LEN - 1);
 }
 
 /* Arrays for the record statements; status 0 (no HTTP answer) is NULL. */
@@ -1173,6 +1210,7 @@ OutboxRelayMain(Datum main_arg)
 			ErrorData  *edata;
 			ListCell   *lc;
 			bool		repeated;
+			char	   *safe;
 
 			MemoryContextSwitchTo(TopMemoryContext);
 			edata = CopyErrorData();
@@ -1187,11 +1225,15 @@ OutboxRelayMain(Datum main_arg)
 			strlcpy(last_logged_error, edata->message, sizeof(last_logged_error));
 			if (!repeated)
 				last_logged_at = now;
+			/* an error may quote what a destination said */
+			safe = OutboxPeerText(edata->message, strlen(edata->message), false,
+								  NULL, 8 * OUTBOX_ERROR_LEN);
 			ereport(repeated ? DEBUG1 : LOG,
 					(errmsg("outbox_pg relay for database \"%s\" failed a cycle: %s",
-							database_name, edata->message),
+							database_name, safe),
 					 errhint("Leased events are sent again when their lease runs out. Retrying in %d ms.",
 							 ERROR_PAUSE_MS)));
+			pfree(safe);
 			FreeErrorData(edata);
 			/* results not recorded are re-sent after their lease */
 			foreach(lc, pending_done)

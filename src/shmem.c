@@ -107,10 +107,15 @@ OutboxSlotSetState(RelaySlot *slot, RelayState state)
 void
 OutboxSlotSetError(RelaySlot *slot, const char *error)
 {
+	/* cut between characters, controls escaped (peertext.c) */
+	char	   *safe = OutboxPeerText(error, strlen(error), false, NULL,
+									  sizeof(slot->last_error) - 1);
+
 	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
-	strlcpy(slot->last_error, error, sizeof(slot->last_error));
+	strlcpy(slot->last_error, safe, sizeof(slot->last_error));
 	slot->last_error_at = GetCurrentTimestamp();
 	LWLockRelease(outbox_shared->lock);
+	pfree(safe);
 }
 
 const char *

@@ -260,7 +260,7 @@ OutboxSnsClassify(BrokerBatch *batch, HttpRequest *req)
 				!OutboxAwsErrorIsConfig(code))
 				outcome = OUTCOME_DEAD;
 			OutboxBrokerDecide(msg, outcome, req->status,
-							   psprintf("PublishBatch entry failed (%s): %s: %.180s",
+							   psprintf("PublishBatch entry failed (%s): %s: %s",
 										sender_fault ? "sender fault" : "service fault",
 										code ? code : "error", text ? text : ""));
 		}

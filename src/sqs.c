@@ -257,7 +257,7 @@ OutboxSqsClassify(BrokerBatch *batch, HttpRequest *req)
 				!OutboxAwsErrorIsConfig(code))
 				outcome = OUTCOME_DEAD;
 			OutboxBrokerDecide(msg, outcome, req->status,
-							   psprintf("SendMessageBatch entry failed (%s): %s: %.180s",
+							   psprintf("SendMessageBatch entry failed (%s): %s: %s",
 										sender_fault ? "sender fault" : "service fault",
 										code ? code : "error", message ? message : ""));
 		}

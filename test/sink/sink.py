@@ -22,6 +22,16 @@ Paths (anything after the mode is free, e.g. a destination name):
   /reset/...                   close the connection without answering
   /redirect/...                302 to /ok
   /big/...                     200 with a 10 MB body
+  /echo/<code>/<body>/...      <code> with a body a careless or hostile peer might send:
+                                 headers     the credentials, the signing secret (when the
+                                             request is signed) and every request header, as JSON
+                                 awsxml      an SNS error quoting X-Amz-Security-Token and
+                                             Authorization
+                                 at/<n>      n dots, then the Authorization header's value
+                                             (to put a secret across a stored limit)
+                                 straddle/<n> n bytes, then multibyte characters
+                                 invalid     invalid UTF-8 (and one valid e-acute)
+                                 ansi        ESC sequences, BEL, CR, NUL, CSI, RLO
 Only POST is accepted.  Standard library only.
 """
 import argparse
@@ -74,6 +84,37 @@ def check_cloudevent(headers, body):
     if headers.get("ce-time"):
         time.strptime(headers["ce-time"][:19], "%Y-%m-%dT%H:%M:%S")
     return ok, headers.get("ce-id"), pct(headers.get("ce-type")), pct(headers.get("ce-subject")), headers.get("ce-time"), data, "binary"
+
+
+def echo_body(what, headers):
+    """The bodies of /echo/<code>/<what>/..."""
+    if what[0] == "headers":
+        # the credentials first (so they fall inside a stored prefix), the
+        # secret shared with a signing sender, then every header
+        shared = ARGS.secret if "webhook-signature" in headers else None
+        return json.dumps({"error": "rejected",
+                           "authorization": headers.get("authorization"),
+                           "x-api-key": headers.get("x-api-key"),
+                           "signing_secret": shared,
+                           "signing_key": shared and shared[len("whsec_"):],
+                           "request_headers": headers}).encode()
+    if what[0] == "awsxml":
+        # an AWS Query-protocol error quoting what was signed, as AWS does
+        return ("<ErrorResponse><Error><Type>Sender</Type><Code>InvalidParameter</Code>"
+                "<Message>token %s auth %s</Message></Error></ErrorResponse>"
+                % (headers.get("x-amz-security-token", ""),
+                   headers.get("authorization", ""))).encode()
+    if what[0] == "at":
+        return b"." * int(what[1]) + headers.get("authorization", "").encode() + b" was refused"
+    if what[0] == "straddle":
+        return b"x" * int(what[1]) + "\u20ac\u20ac\u20ac".encode() + b" tail"
+    if what[0] == "invalid":
+        return (b"bad \xff\xfe lone \xc3( cut \xe2\x82 overlong \xc0\xaf "
+                b"surrogate \xed\xa0\x80 latin \xc3\xa9 end")
+    if what[0] == "ansi":
+        return (b"\x1b[31mALERT\x1b[0m \x1b]0;title\x07 cr\rret nul\x00byte "
+                b"\xc2\x9b2J csi \xe2\x80\xae rlo")
+    return b"echo"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -130,6 +171,8 @@ class Handler(BaseHTTPRequestHandler):
             answer = 302
         elif kind == "big":
             answer = 200
+        elif kind == "echo":
+            answer = int(parts[1])
         else:
             answer = 204
         record = {
@@ -175,6 +218,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(302, b"", {"Location": "http://127.0.0.1:%d/ok" % ARGS.port})
         elif kind == "big":
             self.reply(200, b"x" * (10 * 1024 * 1024))
+        elif kind == "echo":
+            self.reply(answer, echo_body(parts[2:], headers))
         else:
             self.reply(204)
 
