@@ -13,6 +13,7 @@ OBJS = \
 	src/launcher.o \
 	src/relay.o \
 	src/http.o \
+	src/egress.o \
 	src/webhook.o \
 	src/broker.o \
 	src/aws.o \
@@ -45,7 +46,7 @@ PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
 REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
-	ops_monitoring inbox_messages ha_columns brokers_config
+	ops_monitoring inbox_messages ha_columns brokers_config egress
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked order_lease order_gap \
 	inbox_receive_concurrent
