@@ -13,6 +13,7 @@ OBJS = \
 	src/launcher.o \
 	src/relay.o \
 	src/http.o \
+	src/egress.o \
 	src/webhook.o \
 	src/broker.o \
 	src/aws.o \
@@ -47,7 +48,7 @@ PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-init
 
 REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
 	ops_monitoring inbox_messages ha_columns brokers_config circuit \
-	config_secrets search_path peer_text
+	config_secrets search_path peer_text egress
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked order_lease order_gap \
 	inbox_receive_concurrent

@@ -144,3 +144,19 @@ COMMENT ON FUNCTION outbox._sanitize_peer_text(pg_catalog.bytea, pg_catalog.int4
     'Internal: a destination''s answer as the relay stores it (encoding, control characters, redaction, byte bound).';
 
 REVOKE ALL ON FUNCTION outbox._sanitize_peer_text(pg_catalog.bytea, pg_catalog.int4, pg_catalog.bool, pg_catalog.jsonb) FROM PUBLIC;
+
+-- egress (issue #13): the relay's outbox.allowed_hosts check as a
+-- function, for tests and for trying a list before setting it.  NULL
+-- means the relay would send to url (and connect to resolved, the
+-- address its host resolved to, if given) with outbox.allowed_hosts =
+-- allowed; otherwise the reason it would refuse.  Superusers only.
+-- ---------------------------------------------------------------------
+CREATE FUNCTION outbox._host_allowed(
+    url         pg_catalog.text,
+    allowed     pg_catalog.text,
+    resolved    pg_catalog.inet DEFAULT NULL)
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'outbox__host_allowed'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+REVOKE ALL ON FUNCTION outbox._host_allowed(pg_catalog.text, pg_catalog.text, pg_catalog.inet) FROM PUBLIC;

@@ -34,6 +34,7 @@ int			outbox_poll_interval = 1000;
 int			outbox_batch_size = 200;
 int			outbox_max_response_size = 64 * 1024;
 char	   *outbox_allowed_hosts = NULL;
+EgressList *outbox_allowed_hosts_list = NULL;
 char	   *outbox_ca_file = NULL;
 int			outbox_discovery_interval = 10;
 int			outbox_lease_margin = 10000;
@@ -60,6 +61,42 @@ guc_check_traceparent(char **newval, void **extra, GucSource source)
 		return false;
 	}
 	return true;
+}
+
+/*
+ * outbox.allowed_hosts is parsed here, once per change, so a bad entry is
+ * refused when it is set and the relay (and curl's open-socket callback,
+ * which may not allocate) only reads the parsed list.  The list is the
+ * GUC's "extra": malloc'd, and freed by the GUC machinery.
+ */
+static bool
+guc_check_allowed_hosts(char **newval, void **extra, GucSource source)
+{
+	char		errbuf[512];
+	EgressList *list = EgressParseList(*newval, errbuf, sizeof(errbuf));
+
+	if (list == NULL)
+	{
+		if (errbuf[0] == '\0')
+		{
+			GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+			GUC_check_errmsg("out of memory");
+		}
+		else
+		{
+			GUC_check_errdetail("%s.", errbuf);
+			GUC_check_errhint("Entries are host names, \"*.\" followed by a domain, \"*\", IP addresses or CIDR blocks; names and addresses may end in \":port\" (IPv6 addresses in brackets then).");
+		}
+		return false;
+	}
+	*extra = list;
+	return true;
+}
+
+static void
+guc_assign_allowed_hosts(const char *newval, void *extra)
+{
+	outbox_allowed_hosts_list = (EgressList *) extra;
 }
 
 void
@@ -154,12 +191,12 @@ OutboxDefineGucs(void)
 
 	DefineCustomStringVariable("outbox.allowed_hosts",
 							   "Destination hosts the relay may connect to.",
-							   "A comma-separated list of host names or addresses; empty allows any host.",
+							   "A comma-separated list of host names, *.domain wildcards, addresses and CIDR blocks, each with an optional port; empty allows any host. Link-local and cloud metadata addresses are refused unless listed as addresses.",
 							   &outbox_allowed_hosts,
 							   "",
 							   PGC_SIGHUP,
 							   GUC_LIST_INPUT,
-							   NULL, NULL, NULL);
+							   guc_check_allowed_hosts, guc_assign_allowed_hosts, NULL);
 
 	DefineCustomStringVariable("outbox.ca_file",
 							   "CA bundle used to verify destinations' TLS certificates.",

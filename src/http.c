@@ -27,7 +27,8 @@
  * Safety of every transfer: only http and https (redirects included),
  * redirects not followed, no proxy (the environment is ignored), connect
  * and total timeouts, TLS verification on, optional CA bundle, optional
- * host allow-list.
+ * host allow-list, checked on the URL before the transfer and on every
+ * address curl opens a socket for (egress.c).
  *
  * Copyright (c) 2026, outbox_pg developers
  *
@@ -45,7 +46,6 @@
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
-#include "utils/varlena.h"
 
 #include "outbox_pg.h"
 
@@ -223,47 +223,27 @@ HttpClientRunning(HttpClient *client)
 }
 
 /*
- * Is the URL's host on outbox.allowed_hosts (or is the list empty)?
+ * Open a socket for curl, after checking the address it is for against
+ * outbox.allowed_hosts (egress.c): a name on the list may resolve to any
+ * address, and an address literal may be resolved in ways the URL check
+ * did not foresee.  A refused address fails that connection attempt only;
+ * curl tries the host's other addresses, and the request fails with our
+ * reason if none was allowed.
  */
-static bool
-http_host_allowed(const char *url, char *errbuf, size_t errlen)
+static curl_socket_t
+http_open_socket(void *clientp, curlsocktype purpose,
+				 struct curl_sockaddr *address)
 {
-	CURLU	   *u;
-	char	   *host = NULL;
-	bool		allowed = false;
-	char	   *raw;
-	List	   *hosts;
-	ListCell   *lc;
+	HttpRequest *req = (HttpRequest *) clientp;
 
-	if (outbox_allowed_hosts == NULL || outbox_allowed_hosts[0] == '\0')
-		return true;
-
-	u = curl_url();
-	if (u == NULL || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
-		curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK)
+	if (!EgressCheckAddress(outbox_allowed_hosts_list, &address->addr,
+							req->egress_by_name, req->egress_error,
+							sizeof(req->egress_error)))
 	{
-		if (u)
-			curl_url_cleanup(u);
-		snprintf(errbuf, errlen, "could not parse destination URL");
-		return false;
+		req->egress_refused = true;
+		return CURL_SOCKET_BAD;
 	}
-
-	raw = pstrdup(outbox_allowed_hosts);
-	if (SplitIdentifierString(raw, ',', &hosts))
-	{
-		foreach(lc, hosts)
-		{
-			if (pg_strcasecmp((char *) lfirst(lc), host) == 0)
-				allowed = true;
-		}
-	}
-	list_free(hosts);
-	pfree(raw);
-	if (!allowed)
-		snprintf(errbuf, errlen, "host \"%s\" is not in outbox.allowed_hosts", host);
-	curl_free(host);
-	curl_url_cleanup(u);
-	return allowed;
+	return socket(address->family, address->socktype, address->protocol);
 }
 
 /*
@@ -290,7 +270,11 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	if (req->capture != NULL && req->capture_size > 0)
 		req->capture[0] = '\0';
 
-	if (!http_host_allowed(req->url, req->error, sizeof(req->error)))
+	req->refused = false;
+	req->egress_refused = false;
+	req->egress_error[0] = '\0';
+	if (!EgressCheckUrl(outbox_allowed_hosts_list, req->url, &req->egress_by_name,
+						req->error, sizeof(req->error)))
 	{
 		req->curl_code = CURLE_COULDNT_CONNECT;
 		req->refused = true;
@@ -320,6 +304,8 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(easy, CURLOPT_PROXY, "");
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, http_open_socket);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, req);
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(req->timeout_ms, 10000L));
 	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
@@ -411,7 +397,14 @@ http_collect(HttpClient *client)
 			curl_easy_getinfo(easy, CURLINFO_TOTAL_TIME_T, &total_us);
 			req->duration_us = (int64) total_us;
 		}
-		if (req->response_too_large)
+		if (req->egress_refused && req->status == 0 &&
+			req->curl_code == CURLE_COULDNT_CONNECT)
+		{
+			/* no address of the host was allowed (see http_open_socket) */
+			strlcpy(req->error, req->egress_error, sizeof(req->error));
+			req->refused = true;
+		}
+		else if (req->response_too_large)
 			snprintf(req->error, sizeof(req->error),
 					 "response body larger than outbox.max_response_size (%d bytes)",
 					 outbox_max_response_size);

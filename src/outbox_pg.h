@@ -122,6 +122,7 @@ extern int	outbox_poll_interval;
 extern int	outbox_batch_size;
 extern int	outbox_max_response_size;
 extern char *outbox_allowed_hosts;
+extern struct EgressList *outbox_allowed_hosts_list;	/* parsed form */
 extern char *outbox_ca_file;
 extern int	outbox_discovery_interval;
 extern int	outbox_lease_margin;
@@ -136,6 +137,18 @@ extern int	outbox_inbox_retention;
 extern int	outbox_inbox_handler_timeout;
 
 extern void OutboxDefineGucs(void);
+
+/* egress.c */
+typedef struct EgressList EgressList;
+struct sockaddr;
+
+extern EgressList *EgressParseList(const char *value, char *errbuf,
+								   size_t errlen);
+extern bool EgressCheckUrl(const EgressList *list, const char *url,
+						   bool *by_name, char *errbuf, size_t errlen);
+extern bool EgressCheckAddress(const EgressList *list,
+							   const struct sockaddr *sa, bool by_name,
+							   char *errbuf, size_t errlen);
 
 /* config.c */
 typedef struct OutboxConfig
@@ -236,7 +249,10 @@ typedef struct HttpRequest
 	CURL	   *easy;
 	int			status;			/* HTTP status, 0 if none */
 	CURLcode	curl_code;
-	bool		refused;		/* refused before sending (allow-list) */
+	bool		refused;		/* refused by the allow-list, unsent */
+	bool		egress_by_name; /* host allowed as a name (egress.c) */
+	bool		egress_refused; /* an address was refused at connect */
+	char		egress_error[192];	/* why, for the error if none connected */
 	int			retry_after_secs;	/* -1 if absent */
 	bool		response_too_large;
 	int64		duration_us;	/* total time of the request */

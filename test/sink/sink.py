@@ -20,7 +20,7 @@ Paths (anything after the mode is free, e.g. a destination name):
                                aggregate (ce-subject)
   /hang/...                    never answer (until the client gives up)
   /reset/...                   close the connection without answering
-  /redirect/...                302 to /ok
+  /redirect/...                302 to /ok (with ?to=<url>: to that URL)
   /big/...                     200 with a 10 MB body
   /echo/<code>/<body>/...      <code> with a body a careless or hostile peer might send:
                                  headers     the credentials, the signing secret (when the
@@ -215,7 +215,8 @@ class Handler(BaseHTTPRequestHandler):
         elif kind == "reset":
             self.reset()
         elif kind == "redirect":
-            self.reply(302, b"", {"Location": "http://127.0.0.1:%d/ok" % ARGS.port})
+            to = query.get("to", "http://127.0.0.1:%d/ok" % ARGS.port)
+            self.reply(302, b"", {"Location": to})
         elif kind == "big":
             self.reply(200, b"x" * (10 * 1024 * 1024))
         elif kind == "echo":
@@ -236,8 +237,11 @@ def main():
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--log", required=True)
     p.add_argument("--secret", default="")
+    p.add_argument("--host", default="127.0.0.1")
     ARGS = p.parse_args()
-    srv = Server(("127.0.0.1", ARGS.port), Handler)
+    if ":" in ARGS.host:
+        Server.address_family = socket.AF_INET6
+    srv = Server((ARGS.host, ARGS.port), Handler)
     print("listening", flush=True)
     srv.serve_forever()
 

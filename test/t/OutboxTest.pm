@@ -7,6 +7,7 @@ use warnings;
 use Cwd qw(abs_path);
 use File::Basename qw(dirname);
 use IO::Socket::INET;
+use IO::Socket::IP;
 use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
@@ -41,11 +42,11 @@ log_min_messages = log
 
 sub _wait_port
 {
-	my ($port, $up) = @_;
+	my ($port, $up, $host) = @_;
 	my $deadline = time + 15;
 	while (time < $deadline)
 	{
-		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp');
+		my $s = IO::Socket::IP->new(PeerHost => $host // '127.0.0.1', PeerPort => $port, Proto => 'tcp');
 		if ($s) { close $s; return 1 if $up; }
 		else { return 1 if !$up; }
 		usleep(50_000);
@@ -58,25 +59,29 @@ sub start_sink
 	my (%opt) = @_;
 	my $port = $opt{port} // PostgreSQL::Test::Cluster::get_free_port();
 	my $log = $opt{log} // "$PostgreSQL::Test::Utils::tmp_check/sink_$port.jsonl";
+	my $host = $opt{host} // '127.0.0.1';
 	my $out = '';
 	my $h = IPC::Run::start(
-		[ 'python3', "$SRC/test/sink/sink.py", '--port', $port, '--log', $log, '--secret', secret() ],
+		[ 'python3', "$SRC/test/sink/sink.py", '--port', $port, '--log', $log, '--secret', secret(),
+		  '--host', $host ],
 		'>', \$out, '2>', \$out);
-	_wait_port($port, 1);
-	return { port => $port, log => $log, handle => $h, url => "http://127.0.0.1:$port" };
+	_wait_port($port, 1, $host);
+	my $urlhost = $host =~ /:/ ? "[$host]" : $host;
+	return { port => $port, log => $log, handle => $h, host => $host,
+		url => "http://$urlhost:$port" };
 }
 
 sub stop_sink
 {
 	my ($sink) = @_;
 	$sink->{handle}->kill_kill;
-	_wait_port($sink->{port}, 0);
+	_wait_port($sink->{port}, 0, $sink->{host});
 }
 
 sub restart_sink
 {
 	my ($sink) = @_;
-	my $new = start_sink(port => $sink->{port}, log => $sink->{log});
+	my $new = start_sink(port => $sink->{port}, log => $sink->{log}, host => $sink->{host});
 	$sink->{handle} = $new->{handle};
 	return $sink;
 }
