@@ -194,6 +194,10 @@ SELECT outbox.pause('hp_d'), outbox.resume('hp_d');
 SELECT outbox.backoff_delay(3, 1000, 60000, 0.5) AS delay;
 SELECT outbox._glob_to_like('hp_*') AS like_pattern, outbox._prom_label('a"b') AS label;
 SELECT outbox._wake();
+SELECT outbox._requeue(ARRAY[:'leased_id']::pg_catalog.uuid[], ARRAY[pg_catalog.now()],
+                       ARRAY[503], ARRAY['down']) AS requeued;
+SELECT outbox._sanitize_peer_text('\x1b5b316d6869'::pg_catalog.bytea, 64) AS sanitized;
+SELECT outbox._host_allowed('http://user@127.0.0.1:8080/', '127.0.0.1') AS host_refusal;
 SELECT preloaded FROM outbox._relay_presence();
 SELECT pid IS NULL AS no_relay FROM outbox.workers() LIMIT 0;
 SELECT destination FROM outbox.destination_runtime() LIMIT 0;
