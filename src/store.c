@@ -265,7 +265,7 @@ OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses, Datum errors,
 				 Datum leases)
 {
 	Oid			types[5] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID,
-	TEXTARRAYOID, TIMESTAMPTZARRAYOID};
+							TEXTARRAYOID, TIMESTAMPTZARRAYOID};
 	Datum		args[5] = {ids, next_at, statuses, errors, leases};
 
 	return store_execute(OutboxKeepPlan(&retry_plan, retry_sql, 5, types),
@@ -278,7 +278,7 @@ uint64
 OutboxStoreDead(Datum ids, Datum statuses, Datum errors, Datum leases)
 {
 	Oid			types[4] = {UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
-	TIMESTAMPTZARRAYOID};
+							TIMESTAMPTZARRAYOID};
 	Datum		args[4] = {ids, statuses, errors, leases};
 
 	return store_execute(OutboxKeepPlan(&dead_plan, dead_sql, 4, types),

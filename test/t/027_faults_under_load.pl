@@ -32,7 +32,7 @@ use Time::HiRes qw(time usleep);
 my $EMITTERS = 3;
 my $PER_SCRIPT = 20;			# transactions per psql session, on average
 my $PACE = 0.2;					# seconds between sessions, on average
-my $CRASH_WINDOW = 3.0;			# seconds before a crash an ack may be lost in
+my $CRASH_WINDOW = 5.0;			# seconds before a crash an ack may be lost in
 
 my $sink = start_sink();
 my $node = new_outbox_node('load', "outbox.workers_per_database = 2\nrestart_after_crash = on\n");
