@@ -49,6 +49,7 @@ my $workers = $node->safe_psql('postgres', 'SHOW outbox.workers_per_database');
 my $tmp = $PostgreSQL::Test::Utils::tmp_check;
 my $stopfile = "$tmp/emitters.stop";
 unlink $stopfile;
+my $parent = $$;
 
 # One emitter: psql sessions of $PER_SCRIPT transactions each, again and
 # again until the stop file appears; a session that fails (server gone)
@@ -66,7 +67,7 @@ sub run_emitter
 	srand($$);
 	open(my $out, '>>', $log) or die "could not open $log: $!";
 	$out->autoflush(1);
-	while (!-e $stopfile)
+	while (!-e $stopfile && getppid() == $parent)	# stop with the test
 	{
 		my $script = '';
 		for (1 .. 1 + int(rand(2 * $PER_SCRIPT)))
