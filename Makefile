@@ -50,7 +50,7 @@ REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
 	ops_monitoring inbox_messages ha_columns brokers_config circuit \
 	config_secrets search_path peer_text egress
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
-ISOLATION = claim_concurrent lease_skip_locked order_lease order_gap \
+ISOLATION = claim_concurrent lease_skip_locked lease_fence order_lease order_gap \
 	inbox_receive_concurrent
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
 TAP_TESTS = 1

@@ -289,10 +289,11 @@ extern uint64 OutboxStoreLease(int batch_size, Interval *lease,
 							   const char *destination);
 extern uint64 OutboxStoreAck(Datum ids, Datum statuses);
 extern uint64 OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses,
-							   Datum errors);
-extern uint64 OutboxStoreDead(Datum ids, Datum statuses, Datum errors);
+							   Datum errors, Datum leases);
+extern uint64 OutboxStoreDead(Datum ids, Datum statuses, Datum errors,
+							  Datum leases);
 extern uint64 OutboxStoreRequeue(Datum ids, Datum next_at, Datum statuses,
-								 Datum errors);
+								 Datum errors, Datum leases);
 
 /* retry.c */
 typedef enum DeliveryOutcome

@@ -18,7 +18,9 @@
  *	   destination never holds up a healthy one.
  *	3. Record, in a short transaction per group of completions:
  *	   acknowledged rows become published; failed rows get their next
- *	   attempt time or go to the dead letters.
+ *	   attempt time or go to the dead letters, but only while the row is
+ *	   still under the lease that sent it (store.c): a worker that stalled
+ *	   past its lease cannot fail a row another worker has taken over.
  *
  * A worker that dies anywhere after step 1 leaves its rows leased; when
  * the lease runs out they are due again and another worker (or this one,
@@ -141,6 +143,7 @@ typedef struct RelayEvent
 	MemoryContext context;
 	RelayDestination *dest;
 	pg_uuid_t	id;
+	TimestampTz leased_until;	/* the lease's fence (store.c) */
 	int			attempts;
 	double		age_secs;
 	int			max_attempts;
@@ -679,6 +682,7 @@ relay_lease(List *dests, bool *drained, List **leased)
 				   sizeof(pg_uuid_t));
 			ev->attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
 			ev->age_secs = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
+			ev->leased_until = DatumGetTimestampTz(SPI_getbinval(tup, desc, 10, &isnull));
 			ev->max_attempts = d->max_attempts;
 			ev->backoff_base_ms = d->backoff_base_ms;
 			ev->backoff_max_ms = d->backoff_max_ms;
@@ -846,6 +850,13 @@ text_array(Datum *texts, int n)
 }
 
 static Datum
+timestamptz_array(Datum *times, int n)
+{
+	return PointerGetDatum(construct_array(times, n, TIMESTAMPTZOID, 8,
+										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+static Datum
 status_array(Datum *statuses, int n)
 {
 	bool	   *nulls = palloc(n * sizeof(bool));
@@ -872,6 +883,7 @@ relay_record(List *done)
 	Datum	   *retry_at = palloc(n * sizeof(Datum));
 	Datum	   *retry_status = palloc(n * sizeof(Datum));
 	Datum	   *retry_error = palloc(n * sizeof(Datum));
+	Datum	   *retry_lease = palloc(n * sizeof(Datum));
 	Datum	   *dead_ids = palloc(n * sizeof(Datum));
 	Datum	   *dead_status = palloc(n * sizeof(Datum));
 	Datum	   *dead_error = palloc(n * sizeof(Datum));
@@ -879,6 +891,8 @@ relay_record(List *done)
 	Datum	   *requeue_at = palloc(n * sizeof(Datum));
 	Datum	   *requeue_status = palloc(n * sizeof(Datum));
 	Datum	   *requeue_error = palloc(n * sizeof(Datum));
+	Datum	   *requeue_lease = palloc(n * sizeof(Datum));
+	Datum	   *dead_lease = palloc(n * sizeof(Datum));
 	int			nack = 0,
 				nretry = 0,
 				ndead = 0,
@@ -952,6 +966,7 @@ relay_record(List *done)
 					requeue_at[nrequeue] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
 					requeue_status[nrequeue] = Int32GetDatum(relay_status(ev));
 					requeue_error[nrequeue] = CStringGetTextDatum(relay_error_text(ev));
+					requeue_lease[nrequeue] = TimestampTzGetDatum(ev->leased_until);
 					nrequeue++;
 				}
 				else
@@ -968,6 +983,7 @@ relay_record(List *done)
 					retry_at[nretry] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
 					retry_status[nretry] = Int32GetDatum(relay_status(ev));
 					retry_error[nretry] = CStringGetTextDatum(relay_error_text(ev));
+					retry_lease[nretry] = TimestampTzGetDatum(ev->leased_until);
 					nretry++;
 				}
 				break;
@@ -975,6 +991,7 @@ relay_record(List *done)
 				dead_ids[ndead] = UUIDPGetDatum(id);
 				dead_status[ndead] = Int32GetDatum(relay_status(ev));
 				dead_error[ndead] = CStringGetTextDatum(relay_error_text(ev));
+				dead_lease[ndead] = TimestampTzGetDatum(ev->leased_until);
 				ndead++;
 				break;
 		}
@@ -988,21 +1005,23 @@ relay_record(List *done)
 	}
 	if (nack > 0)
 		OutboxStoreAck(uuid_array(ack_ids, nack), status_array(ack_status, nack));
+	/* retry and dead change a row only under the lease they belong to */
 	if (nretry > 0)
 		OutboxStoreRetry(uuid_array(retry_ids, nretry),
-						 PointerGetDatum(construct_array(retry_at, nretry, TIMESTAMPTZOID, 8,
-														 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+						 timestamptz_array(retry_at, nretry),
 						 status_array(retry_status, nretry),
-						 text_array(retry_error, nretry));
+						 text_array(retry_error, nretry),
+						 timestamptz_array(retry_lease, nretry));
 	if (ndead > 0)
 		OutboxStoreDead(uuid_array(dead_ids, ndead), status_array(dead_status, ndead),
-						text_array(dead_error, ndead));
+						text_array(dead_error, ndead),
+						timestamptz_array(dead_lease, ndead));
 	if (nrequeue > 0)
 		OutboxStoreRequeue(uuid_array(requeue_ids, nrequeue),
-						   PointerGetDatum(construct_array(requeue_at, nrequeue, TIMESTAMPTZOID, 8,
-														   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+						   timestamptz_array(requeue_at, nrequeue),
 						   status_array(requeue_status, nrequeue),
-						   text_array(requeue_error, nrequeue));
+						   text_array(requeue_error, nrequeue),
+						   timestamptz_array(requeue_lease, nrequeue));
 	relay_commit();
 
 	pg_atomic_fetch_add_u64(&my_slot->published, nack);

@@ -32,6 +32,22 @@
  *	- The results are recorded by joining the arrays of ids to the primary
  *	  key, and only rows still pending change: a late result never undoes
  *	  what another worker recorded.
+ *	- Retry and dead are fenced by the lease: the lease returns the
+ *	  leased_until it set, the relay carries it with the event, and a
+ *	  retry or dead changes a row only while its leased_until is still
+ *	  that value.  A worker that was stopped (SIGSTOP, a paused VM,
+ *	  swapping) past its lease may find the row re-leased by
+ *	  another worker that is delivering it right now; without the fence
+ *	  its late failure would dead-letter that row, or clear the new lease
+ *	  so that a third worker sends it again.  leased_until identifies a
+ *	  lease because a row is leased again only once now() has passed its
+ *	  leased_until, and every relay lease lasts more than a second
+ *	  (timeout_ms >= 100, outbox.lease_margin >= 1 s), so each lease sets a
+ *	  later value; a retry, a dead letter and a redrive set it to null,
+ *	  which matches no lease.  Ack is not fenced: the destination
+ *	  acknowledged the message, which is true whoever leased the row.
+ *	  The fence costs no index (leased_until is in none; the row is found
+ *	  by its primary key).
  *	- Every name is schema-qualified, operators included.
  *	- The relay runs with plan_cache_mode = force_custom_plan, so the
  *	  planner always sees the real LIMIT and array sizes.
@@ -115,7 +131,8 @@ static const char *lease_sql =
 "           e.traceparent,"
 "           pg_catalog.to_char(e.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
 "           e.attempts,"
-"           pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) e.created_at)";
+"           pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) e.created_at),"
+"           e.leased_until";
 
 /* status changes are never HOT anyway: clearing the lease costs nothing */
 static const char *ack_sql =
@@ -126,23 +143,32 @@ static const char *ack_sql =
 " WHERE e.id OPERATOR(pg_catalog.=) r.id"
 "   AND e.status OPERATOR(pg_catalog.=) 'pending'";
 
+/*
+ * Retry and dead are fenced by the lease the result belongs to (the last
+ * array, r.lease): a row leased again since then is left alone.  A null
+ * array (only from the SQL wrappers, never from the relay) skips the
+ * fence.
+ */
 static const char *retry_sql =
 "UPDATE outbox.events AS e"
 "   SET next_attempt_at = r.next_at, leased_until = NULL,"
 "       last_status = r.status, last_error = r.error"
 "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-"                  pg_catalog.unnest($3), pg_catalog.unnest($4)) AS r(id, next_at, status, error)"
+"                  pg_catalog.unnest($3), pg_catalog.unnest($4),"
+"                  pg_catalog.unnest($5)) AS r(id, next_at, status, error, lease)"
 " WHERE e.id OPERATOR(pg_catalog.=) r.id"
-"   AND e.status OPERATOR(pg_catalog.=) 'pending'";
+"   AND e.status OPERATOR(pg_catalog.=) 'pending'"
+"   AND ($5 IS NULL OR e.leased_until OPERATOR(pg_catalog.=) r.lease)";
 
 static const char *dead_sql =
 "UPDATE outbox.events AS e"
 "   SET status = 'dead', leased_until = NULL,"
 "       last_status = r.status, last_error = r.error"
 "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-"                  pg_catalog.unnest($3)) AS r(id, status, error)"
+"                  pg_catalog.unnest($3), pg_catalog.unnest($4)) AS r(id, status, error, lease)"
 " WHERE e.id OPERATOR(pg_catalog.=) r.id"
-"   AND e.status OPERATOR(pg_catalog.=) 'pending'";
+"   AND e.status OPERATOR(pg_catalog.=) 'pending'"
+"   AND ($4 IS NULL OR e.leased_until OPERATOR(pg_catalog.=) r.lease)";
 
 /* GREATEST is SQL syntax, not a function: nothing to schema-qualify */
 static const char *requeue_sql =
@@ -151,9 +177,11 @@ static const char *requeue_sql =
 "       next_attempt_at = r.next_at, leased_until = NULL,"
 "       last_status = r.status, last_error = r.error"
 "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-"                  pg_catalog.unnest($3), pg_catalog.unnest($4)) AS r(id, next_at, status, error)"
+"                  pg_catalog.unnest($3), pg_catalog.unnest($4),"
+"                  pg_catalog.unnest($5)) AS r(id, next_at, status, error, lease)"
 " WHERE e.id OPERATOR(pg_catalog.=) r.id"
-"   AND e.status OPERATOR(pg_catalog.=) 'pending'";
+"   AND e.status OPERATOR(pg_catalog.=) 'pending'"
+"   AND ($5 IS NULL OR e.leased_until OPERATOR(pg_catalog.=) r.lease)";
 
 static SPIPlanPtr lease_plan = NULL;
 static SPIPlanPtr ack_plan = NULL;
@@ -206,9 +234,9 @@ OutboxLockTablesNoWait(const char *schema, const OutboxTableLock *tables,
 }
 
 static uint64
-store_execute(SPIPlanPtr plan, Datum *args, int expected)
+store_execute(SPIPlanPtr plan, Datum *args, const char *nulls, int expected)
 {
-	int			ret = SPI_execute_plan(plan, args, NULL, false, 0);
+	int			ret = SPI_execute_plan(plan, args, nulls, false, 0);
 
 	if (ret != expected)
 		elog(ERROR, "outbox statement failed: %s", SPI_result_code_string(ret));
@@ -218,7 +246,8 @@ store_execute(SPIPlanPtr plan, Datum *args, int expected)
 /*
  * Lease up to batch_size due events of a destination.  The rows are left
  * in SPI_tuptable: id, type, aggregate_id, payload (text), headers,
- * traceparent, time (RFC 3339 text), attempts, age in seconds.
+ * traceparent, time (RFC 3339 text), attempts, age in seconds, and
+ * leased_until (the lease's fence for OutboxStoreRetry/Dead).
  * The caller is connected to SPI.
  */
 uint64
@@ -231,7 +260,7 @@ OutboxStoreLease(int batch_size, Interval *lease, const char *destination)
 	args[1] = IntervalPGetDatum(lease);
 	args[2] = CStringGetTextDatum(destination);
 	return store_execute(OutboxKeepPlan(&lease_plan, lease_sql, 3, types),
-						 args, SPI_OK_UPDATE_RETURNING);
+						 args, NULL, SPI_OK_UPDATE_RETURNING);
 }
 
 uint64
@@ -241,37 +270,52 @@ OutboxStoreAck(Datum ids, Datum statuses)
 	Datum		args[2] = {ids, statuses};
 
 	return store_execute(OutboxKeepPlan(&ack_plan, ack_sql, 2, types),
-						 args, SPI_OK_UPDATE);
+						 args, NULL, SPI_OK_UPDATE);
 }
 
+/*
+ * leases: the leased_until of each event's lease, as the lease returned it
+ * (timestamptz[]); rows leased again since are not changed.  (Datum) 0
+ * skips the fence (SQL wrappers only).
+ */
 uint64
-OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses, Datum errors)
+OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses, Datum errors,
+				 Datum leases)
 {
-	Oid			types[4] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
-	Datum		args[4] = {ids, next_at, statuses, errors};
+	Oid			types[5] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID,
+							TEXTARRAYOID, TIMESTAMPTZARRAYOID};
+	Datum		args[5] = {ids, next_at, statuses, errors, leases};
 
-	return store_execute(OutboxKeepPlan(&retry_plan, retry_sql, 4, types),
-						 args, SPI_OK_UPDATE);
+	return store_execute(OutboxKeepPlan(&retry_plan, retry_sql, 5, types),
+						 args, leases == (Datum) 0 ? "    n" : NULL,
+						 SPI_OK_UPDATE);
 }
 
+/* leases: as for OutboxStoreRetry */
 uint64
-OutboxStoreDead(Datum ids, Datum statuses, Datum errors)
+OutboxStoreDead(Datum ids, Datum statuses, Datum errors, Datum leases)
 {
-	Oid			types[3] = {UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
-	Datum		args[3] = {ids, statuses, errors};
+	Oid			types[4] = {UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
+							TIMESTAMPTZARRAYOID};
+	Datum		args[4] = {ids, statuses, errors, leases};
 
-	return store_execute(OutboxKeepPlan(&dead_plan, dead_sql, 3, types),
-						 args, SPI_OK_UPDATE);
+	return store_execute(OutboxKeepPlan(&dead_plan, dead_sql, 4, types),
+						 args, leases == (Datum) 0 ? "   n" : NULL,
+						 SPI_OK_UPDATE);
 }
 
+/* leases: as for OutboxStoreRetry */
 uint64
-OutboxStoreRequeue(Datum ids, Datum next_at, Datum statuses, Datum errors)
+OutboxStoreRequeue(Datum ids, Datum next_at, Datum statuses, Datum errors,
+				   Datum leases)
 {
-	Oid			types[4] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
-	Datum		args[4] = {ids, next_at, statuses, errors};
+	Oid			types[5] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID,
+							TEXTARRAYOID, TIMESTAMPTZARRAYOID};
+	Datum		args[5] = {ids, next_at, statuses, errors, leases};
 
-	return store_execute(OutboxKeepPlan(&requeue_plan, requeue_sql, 4, types),
-						 args, SPI_OK_UPDATE);
+	return store_execute(OutboxKeepPlan(&requeue_plan, requeue_sql, 5, types),
+						 args, leases == (Datum) 0 ? "    n" : NULL,
+						 SPI_OK_UPDATE);
 }
 
 /*
@@ -279,15 +323,27 @@ OutboxStoreRequeue(Datum ids, Datum next_at, Datum statuses, Datum errors)
  * would do.  Internal: not granted to anyone.
  */
 static void
-store_require_args(FunctionCallInfo fcinfo)
+store_require_args(FunctionCallInfo fcinfo, int nrequired)
 {
-	for (int i = 0; i < PG_NARGS(); i++)
+	for (int i = 0; i < Min(nrequired, PG_NARGS()); i++)
 		if (PG_ARGISNULL(i))
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("arguments must not be null")));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+}
+
+/*
+ * The optional leases argument of _retry and _dead: (Datum) 0 (no fence)
+ * when null, or when an older SQL declaration does not pass it.
+ */
+static Datum
+store_leases_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return (Datum) 0;
+	return PG_GETARG_DATUM(argno);
 }
 
 Datum
@@ -297,13 +353,23 @@ outbox_lease(PG_FUNCTION_ARGS)
 	uint64		n;
 
 	InitMaterializedSRF(fcinfo, 0);
-	store_require_args(fcinfo);
+	store_require_args(fcinfo, 3);
 	if (PG_GETARG_INT32(0) < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch size must not be negative")));
 	n = OutboxStoreLease(PG_GETARG_INT32(0), PG_GETARG_INTERVAL_P(1),
 						 text_to_cstring(PG_GETARG_TEXT_PP(2)));
+
+	/*
+	 * Between installing a newer library and ALTER EXTENSION UPDATE the
+	 * SQL declaration may list fewer columns than the statement returns.
+	 */
+	if (rsinfo->setDesc->natts != SPI_tuptable->tupdesc->natts)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("outbox._lease() does not match the outbox_pg library"),
+				 errhint("Run ALTER EXTENSION outbox_pg UPDATE.")));
 	for (uint64 i = 0; i < n; i++)
 		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
 	SPI_finish();
@@ -315,7 +381,7 @@ outbox_ack(PG_FUNCTION_ARGS)
 {
 	uint64		n;
 
-	store_require_args(fcinfo);
+	store_require_args(fcinfo, 2);
 	n = OutboxStoreAck(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1));
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
@@ -326,9 +392,10 @@ outbox_retry(PG_FUNCTION_ARGS)
 {
 	uint64		n;
 
-	store_require_args(fcinfo);
+	store_require_args(fcinfo, 4);
 	n = OutboxStoreRetry(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
-						 PG_GETARG_DATUM(2), PG_GETARG_DATUM(3));
+						 PG_GETARG_DATUM(2), PG_GETARG_DATUM(3),
+						 store_leases_arg(fcinfo, 4));
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
 }
@@ -338,8 +405,9 @@ outbox_dead(PG_FUNCTION_ARGS)
 {
 	uint64		n;
 
-	store_require_args(fcinfo);
-	n = OutboxStoreDead(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2));
+	store_require_args(fcinfo, 3);
+	n = OutboxStoreDead(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2),
+						store_leases_arg(fcinfo, 3));
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
 }
@@ -349,9 +417,10 @@ outbox_requeue(PG_FUNCTION_ARGS)
 {
 	uint64		n;
 
-	store_require_args(fcinfo);
+	store_require_args(fcinfo, 4);
 	n = OutboxStoreRequeue(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
-						   PG_GETARG_DATUM(2), PG_GETARG_DATUM(3));
+						   PG_GETARG_DATUM(2), PG_GETARG_DATUM(3),
+						   store_leases_arg(fcinfo, 4));
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
 }

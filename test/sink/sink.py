@@ -14,6 +14,10 @@ Paths (anything after the mode is free, e.g. a destination name):
   /hangfirst/<n>/...           the first n requests per message id hang, then 204
   /resetfirst/<n>/...          the first n requests per message id are reset, then 204
   /delay/<ms>/...              wait, then 204
+  /slowfirst/<ms1>/<code>/<ms2>/...
+                               the first request per message id waits ms1, then <code>;
+                               later ones wait ms2, then 204 (a slow failure, then a slow
+                               success: keeps both attempts in flight for a while)
   /flaky/<pct>/<code>/...      <code> for about pct% of requests, chosen by a hash of the
                                message id and its request number (repeatable), else 204;
                                with ?hold=<subject>: always <code> for events of that
@@ -165,6 +169,8 @@ class Handler(BaseHTTPRequestHandler):
             roll = int(hashlib.sha256(f"{key}/{nth}".encode()).hexdigest()[:8], 16) % 100
             held = "hold" in query and subject == urllib.parse.unquote(query["hold"])
             answer = int(parts[2]) if held or roll < int(parts[1]) else 204
+        elif kind == "slowfirst":
+            answer = int(parts[2]) if nth == 1 else 204
         elif kind in ("hang", "reset"):
             answer = 0
         elif kind == "redirect":
@@ -210,6 +216,9 @@ class Handler(BaseHTTPRequestHandler):
         elif kind == "delay":
             time.sleep(int(parts[1]) / 1000.0)
             self.reply(204)
+        elif kind == "slowfirst":
+            time.sleep(int(parts[1] if nth == 1 else parts[3]) / 1000.0)
+            self.reply(answer, b"failing slowly" if answer != 204 else b"")
         elif kind == "hang":
             time.sleep(3600)
         elif kind == "reset":

@@ -17,7 +17,8 @@ use Time::HiRes qw(time usleep);
 
 use Exporter 'import';
 our @EXPORT = qw(new_outbox_node start_sink stop_sink restart_sink sink_records
-  sink_ids wait_until relay_pids secret emit_events assert_zero_lost);
+  sink_ids wait_until relay_pids secret emit_events assert_zero_lost
+  start_fast_sink fast_sink_ids rss_anon_kb);
 
 my $SRC = abs_path(dirname(__FILE__) . '/../..');
 
@@ -84,6 +85,47 @@ sub restart_sink
 	my $new = start_sink(port => $sink->{port}, log => $sink->{log}, host => $sink->{host});
 	$sink->{handle} = $new->{handle};
 	return $sink;
+}
+
+# The fast sink (test/sink/fast_sink.py) for volume tests: 204 to
+# everything, one line per request with the message id.  stop_sink()
+# stops it.
+sub start_fast_sink
+{
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $log = "$PostgreSQL::Test::Utils::tmp_check/fast_sink_$port.log";
+	my $out = '';
+	my $h = IPC::Run::start(
+		[ 'python3', "$SRC/test/sink/fast_sink.py", '--port', $port, '--log', $log ],
+		'>', \$out, '2>', \$out);
+	_wait_port($port, 1);
+	return { port => $port, log => $log, handle => $h, url => "http://127.0.0.1:$port" };
+}
+
+# Message id => number of requests the fast sink received for it.
+sub fast_sink_ids
+{
+	my ($sink) = @_;
+	my %ids;
+	open(my $fh, '<', $sink->{log}) or return \%ids;
+	while (my $line = <$fh>)
+	{
+		last unless $line =~ /\n\z/;
+		chomp $line;
+		$ids{$line}++;
+	}
+	close $fh;
+	return \%ids;
+}
+
+# A process's anonymous resident memory (RssAnon), in kB.
+sub rss_anon_kb
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/status") or die "could not read /proc/$pid/status: $!";
+	my ($kb) = map { /^RssAnon:\s+(\d+) kB/ ? $1 : () } <$fh>;
+	close $fh;
+	return $kb;
 }
 
 # Every request the sink received, in order.
