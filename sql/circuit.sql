@@ -29,8 +29,19 @@ SELECT outbox._requeue(ARRAY[(SELECT id FROM c WHERE g = 1)], ARRAY[now()],
        outbox._requeue(ARRAY[(SELECT id FROM c WHERE g = 1)], ARRAY[now()],
                        ARRAY[NULL::int], ARRAY['refused']) AS again;
 SELECT attempts FROM outbox.events WHERE id = (SELECT id FROM c WHERE g = 1);
+-- fenced by the lease, like retry and dead: a requeue from an older lease
+-- changes nothing, the current lease's requeue works
+SELECT leased_until AS lease1 FROM outbox._lease(10, '1 minute', 'circuit-test') \gset
+SELECT outbox._requeue(ARRAY[(SELECT id FROM c WHERE g = 1)], ARRAY[now()],
+                       ARRAY[NULL::int], ARRAY['stale'],
+                       ARRAY[:'lease1'::timestamptz - interval '1 second']) AS stale_requeue,
+       outbox._requeue(ARRAY[(SELECT id FROM c WHERE g = 1)], ARRAY[now()],
+                       ARRAY[NULL::int], ARRAY['current'],
+                       ARRAY[:'lease1'::timestamptz]) AS current_requeue;
+SELECT last_error, leased_until IS NULL AS unleased
+  FROM outbox.events WHERE id = (SELECT id FROM c WHERE g = 1);
 -- internal: not granted to anyone
-SELECT has_function_privilege('public', 'outbox._requeue(uuid[], timestamptz[], int4[], text[])',
+SELECT has_function_privilege('public', 'outbox._requeue(uuid[], timestamptz[], int4[], text[], timestamptz[])',
                               'EXECUTE') AS public_execute;
 -- without a relay no destination has runtime state, so no circuit either
 SELECT count(*) AS runtime_rows FROM outbox.destination_runtime();
