@@ -138,7 +138,12 @@ sub query_when_up
 {
 	my ($sql) = @_;
 	my ($ret, $stdout);
-	ok(wait_until(sub { ($ret, $stdout) = $node->psql('postgres', $sql); $ret == 0 }, 60),
+	# psql reads the query from a pipe: when the server goes away while it
+	# starts, IPC::Run dies writing to it (broken pipe); that is one more try
+	ok(wait_until(sub {
+				eval { ($ret, $stdout) = $node->psql('postgres', $sql); 1 }
+				  && $ret == 0;
+			}, 60),
 		'the server accepts connections');
 	return $stdout;
 }
