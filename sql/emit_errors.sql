@@ -73,3 +73,12 @@ SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', not_before => '-in
 
 -- only the two valid calls above left rows
 SELECT count(*) - :before AS new_rows FROM outbox.events;
+
+-- a constraint violated by emit()'s direct insert is reported as that
+-- violation (from 16 on the message needs the range table's permission
+-- entry; without one it would be an internal error, XX000)
+BEGIN;
+ALTER TABLE outbox.events ADD CONSTRAINT events_regress_check
+    CHECK (aggregate_id <> 'forbidden');
+SELECT try($$SELECT outbox.emit('payment.created', 'forbidden', '{}')$$);
+ROLLBACK;

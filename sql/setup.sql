@@ -3,12 +3,18 @@
 --
 CREATE EXTENSION outbox_pg;
 
--- the schemas, tables and functions are extension members
+-- the schemas, tables and functions are extension members (a table's or
+-- view's row type and its array type come with the relation; 17 and later
+-- list them as members too, so they are left out)
 SELECT pg_catalog.pg_describe_object(classid, objid, 0) AS member
   FROM pg_depend
  WHERE refclassid = 'pg_extension'::regclass
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox_pg')
    AND deptype = 'e'
+   AND NOT (classid = 'pg_type'::regclass AND objid IN
+            (SELECT t.oid FROM pg_type t
+               LEFT JOIN pg_type e ON e.oid = t.typelem
+              WHERE t.typrelid <> 0 OR e.typrelid <> 0))
  ORDER BY 1;
 
 -- configuration tables are dumped by pg_dump

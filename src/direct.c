@@ -37,6 +37,7 @@ void
 OutboxBeginInsert(OutboxInsertState *st, Oid relid, bool speculative)
 {
 	RangeTblEntry *rte;
+	List	   *perminfos = NIL;
 	TupleDesc	tupdesc;
 
 	st->rel = table_open(relid, RowExclusiveLock);
@@ -48,11 +49,15 @@ OutboxBeginInsert(OutboxInsertState *st, Oid relid, bool speculative)
 	rte->relid = relid;
 	rte->relkind = RELKIND_RELATION;
 	rte->rellockmode = RowExclusiveLock;
-	ExecInitRangeTable(st->estate, list_make1(rte));
+	/* no permission to check; ExecConstraints' messages look the entry up */
+	addRTEPermissionInfo(&perminfos, rte);
+	ExecInitRangeTable(st->estate, list_make1(rte), perminfos,
+					   bms_make_singleton(1));
 
 	st->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(st->rri, st->rel, 1, NULL, 0);
-	CheckValidResultRel(st->rri, CMD_INSERT);
+	CheckValidResultRel(st->rri, CMD_INSERT,
+						speculative ? ONCONFLICT_NOTHING : ONCONFLICT_NONE, NIL);
 	st->estate->es_output_cid = GetCurrentCommandId(true);
 	ExecOpenIndices(st->rri, speculative);
 

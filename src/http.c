@@ -202,7 +202,7 @@ HttpClientCreate(void)
 		ereport(ERROR,
 				(errcode_for_socket_access(),
 				 errmsg("could not create an epoll set for HTTP requests: %m")));
-	client->wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+	client->wait_set = CreateWaitEventSet(NULL, 3);
 	AddWaitEventToSet(client->wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(client->wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	AddWaitEventToSet(client->wait_set, WL_SOCKET_READABLE, client->epfd, NULL, NULL);
@@ -408,13 +408,15 @@ http_collect(HttpClient *client)
 			snprintf(req->error, sizeof(req->error),
 					 "response body larger than outbox.max_response_size (%d bytes)",
 					 outbox_max_response_size);
-		else if (req->curl_code == CURLE_OUT_OF_MEMORY && req->status != 0)
+		else if ((req->curl_code == CURLE_OUT_OF_MEMORY ||
+				  req->curl_code == CURLE_TOO_LARGE) && req->status != 0)
 
 			/*
 			 * libcurl 7.88 reports a response header line longer than its
-			 * limit (CURL_MAX_HTTP_HEADER) as "Out of memory"; after a
-			 * status line that is what happened, and saying so tells the
-			 * operator it is the destination's doing.
+			 * limit (CURL_MAX_HTTP_HEADER) as "Out of memory", 8.6 and
+			 * later as CURLE_TOO_LARGE; after a status line that is what
+			 * happened, and saying so tells the operator it is the
+			 * destination's doing.
 			 */
 			snprintf(req->error, sizeof(req->error),
 					 "response header line longer than libcurl's limit (%d bytes)",

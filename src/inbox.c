@@ -143,7 +143,7 @@ inbox_insert_unless_exists(Oid relid, const char *table, int natts,
 		List	   *recheck;
 
 		/* waits for an in-progress inserter of the same key */
-		if (!ExecCheckIndexConstraints(st.rri, slot, st.estate, &conflict, NIL))
+		if (!ExecCheckIndexConstraints(st.rri, slot, st.estate, &conflict, NULL, NIL))
 		{
 			claim_check_visible(st.estate, st.rel, &conflict);
 			inserted = false;
@@ -154,7 +154,7 @@ inbox_insert_unless_exists(Oid relid, const char *table, int natts,
 		table_tuple_insert_speculative(st.rel, slot, st.estate->es_output_cid, 0,
 									   NULL, token);
 		recheck = ExecInsertIndexTuples(st.rri, slot, st.estate, false, true,
-										&race, NIL);
+										&race, NIL, false);
 		table_tuple_complete_speculative(st.rel, slot, token, !race);
 		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 		list_free(recheck);

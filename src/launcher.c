@@ -343,7 +343,7 @@ OutboxLauncherMain(Datum main_arg)
 
 	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
 	outbox_shared->launcher_pid = MyProcPid;
-	outbox_shared->launcher_procno = MyProc->pgprocno;
+	outbox_shared->launcher_procno = MyProcNumber;
 	LWLockRelease(outbox_shared->lock);
 	before_shmem_exit(launcher_on_exit, (Datum) 0);
 

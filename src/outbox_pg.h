@@ -26,6 +26,8 @@
 #include "utils/relcache.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
+
 #define OUTBOX_VERSION			"0.2.1"
 
 /* Names of the extension's schemas and tables. */

@@ -1065,7 +1065,7 @@ OutboxRelayMain(Datum main_arg)
 
 	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
 	my_slot->pid = MyProcPid;
-	my_slot->procno = MyProc->pgprocno;
+	my_slot->procno = MyProcNumber;
 	my_slot->started_at = GetCurrentTimestamp();
 	my_slot->state = RELAY_STARTING;
 	my_slot->in_flight = 0;

@@ -133,7 +133,7 @@ sqs_parse(const char *text, size_t len)
 
 	if (len == 0)
 		return NULL;
-	lex = makeJsonLexContextCstringLen(copy, len, GetDatabaseEncoding(), true);
+	lex = makeJsonLexContextCstringLen(NULL, copy, len, GetDatabaseEncoding(), true);
 	if (pg_parse_json(lex, &nullSemAction) != JSON_SUCCESS)
 		return NULL;
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(copy)));

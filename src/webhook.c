@@ -101,7 +101,7 @@ OutboxDecodeSigningSecret(const char *secret, StringInfo key)
 		return false;
 	declen = pg_b64_dec_len(len);
 	enlargeStringInfo(key, declen + 1);
-	declen = pg_b64_decode(b64, len, key->data, declen);
+	declen = pg_b64_decode(b64, len, (uint8 *) key->data, declen);
 	if (declen <= 0)
 		return false;
 	key->len = declen;
@@ -135,7 +135,7 @@ append_signature(StringInfo out, const StringInfo key, const char *id,
 				 errmsg("could not compute a webhook signature")));
 	}
 	pg_hmac_free(ctx);
-	n = pg_b64_encode((const char *) mac, sizeof(mac), b64, sizeof(b64) - 1);
+	n = pg_b64_encode(mac, sizeof(mac), b64, sizeof(b64) - 1);
 	b64[n] = '\0';
 	if (out->len > 0)
 		appendStringInfoChar(out, ' ');

@@ -9,13 +9,15 @@ both sides of each pair, are not included.
 
 Environment: BENCH_CALLS (default 3000).
 """
+import glob
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 
-BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
+# the major test/bench/run chose (PG_BIN), else the newest installed
+BIN = os.environ.get("PG_BIN") or max(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
 N = int(os.environ.get("BENCH_CALLS", "3000"))
 PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benchmark payment"}'
 

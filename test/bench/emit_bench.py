@@ -18,8 +18,10 @@ Variants
   claim    SELECT inbox.claim(...)
 
 Environment: BENCH_SECONDS (default 5), BENCH_ROUNDS (default 3),
-BENCH_CLIENTS (default "1 8").
+BENCH_CLIENTS (default "1 8"), PG_BIN (default: the newest installed
+/usr/lib/postgresql/N/bin).
 """
+import glob
 import os
 import shutil
 import statistics
@@ -28,7 +30,8 @@ import sys
 import tempfile
 import time
 
-BIN = "/usr/lib/postgresql/15/bin"
+# the major test/bench/run chose (PG_BIN), else the newest installed
+BIN = os.environ.get("PG_BIN") or max(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
 SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 CLIENTS = [int(c) for c in os.environ.get("BENCH_CLIENTS", "1 8").split()]

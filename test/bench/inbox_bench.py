@@ -18,9 +18,10 @@ test: it never fails on a timing, but it does fail if a message is lost
 or processed twice (ledger rows must equal messages).
 
 Environment: BENCH_MESSAGES (default 20000), BENCH_SECONDS (default 10),
-BENCH_CLIENTS (default 4), BENCH_PG_BIN (default
-/usr/lib/postgresql/15/bin).
+BENCH_CLIENTS (default 4), BENCH_PG_BIN or PG_BIN (default: the newest
+installed /usr/lib/postgresql/N/bin).
 """
+import glob
 import os
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import time
 
-BIN = os.environ.get("BENCH_PG_BIN", "/usr/lib/postgresql/15/bin")
+BIN = os.environ.get("BENCH_PG_BIN") or os.environ.get("PG_BIN") or max(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
 MESSAGES = int(os.environ.get("BENCH_MESSAGES", "20000"))
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", "4"))

@@ -16,6 +16,7 @@ each request.  On a throwaway cluster:
 Environment: BENCH_EVENTS (100000), BENCH_LATENCY_EVENTS (1000),
 BENCH_WORKERS (1).  A benchmark, not a test.
 """
+import glob
 import os
 import shutil
 import socket
@@ -27,7 +28,8 @@ import time
 
 import psycopg2
 
-BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
+# the major test/bench/run chose (PG_BIN), else the newest installed
+BIN = os.environ.get("PG_BIN") or max(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = int(os.environ.get("BENCH_EVENTS", "100000"))
 M = int(os.environ.get("BENCH_LATENCY_EVENTS", "1000"))

@@ -169,9 +169,18 @@ like($node->safe_psql('postgres', q{SELECT last_error FROM outbox.events WHERE d
 unlike($node->safe_psql('postgres', q{SELECT string_agg(coalesce(last_error, ''), ' ') FROM outbox.events}),
 	qr/\Q$secret\E|not-the-secret/, 'no secret ever appears in an error');
 
-# the libcurl 7.88 quirk the requests avoid: an empty header is signed but not sent
+# the libcurl 7.88 quirk the requests avoid: an empty header is signed but
+# not sent (curl issue 11664, fixed in 8.3.0; 17 and 18 come with 8.x)
 my $curl_out = `curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 aws:amz:us-east-1:sqs --user '$key:$secret' -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: AmazonSQS.SendMessage' -H 'Expect:' -d '{"QueueUrl":"$q/curl","MessageBody":"x"}' $u 2>&1`;
-is($curl_out, '403', 'curl with an "Expect:" header fails verification: the quirk is real and the verifier sees it');
+my @libcurl = `curl --version` =~ m{libcurl/(\d+)\.(\d+)};
+if (@libcurl && $libcurl[0] * 100 + $libcurl[1] >= 803)
+{
+	is($curl_out, '200', 'curl with an "Expect:" header passes verification: this libcurl signs what it sends');
+}
+else
+{
+	is($curl_out, '403', 'curl with an "Expect:" header fails verification: the quirk is real and the verifier sees it');
+}
 
 # size limits, checked before sending
 my $before = scalar(aws_records($sink));
