@@ -123,6 +123,14 @@
 #endif
 
 /*
+ * 16 moved GUC memory into a memory context: "extra" values must come from
+ * guc_malloc, which is exported from 16 on.  Before, it was malloc.
+ */
+#if PG_VERSION_NUM < 160000
+#define guc_malloc(elevel, size) malloc(size)
+#endif
+
+/*
  * libcurl 8.6 reports data that outgrew a limit (a response header line
  * longer than CURL_MAX_HTTP_HEADER) as CURLE_TOO_LARGE; older versions
  * call it CURLE_OUT_OF_MEMORY.

@@ -361,6 +361,16 @@ bad:
 }
 
 /*
+ * Bytes of a parsed list: one flat block, so a GUC check hook can copy it
+ * into memory the GUC machinery allocates and frees (guc_malloc).
+ */
+size_t
+EgressListSize(const EgressList *list)
+{
+	return offsetof(EgressList, entries) + list->nentries * sizeof(EgressEntry);
+}
+
+/*
  * Parse a value of outbox.allowed_hosts.  Returns a malloc'd list (no
  * entries for an empty value), or NULL with the reason in errbuf (empty
  * for out of memory).  Allocates nothing else, so a check hook can use it.

@@ -89,7 +89,22 @@ guc_check_allowed_hosts(char **newval, void **extra, GucSource source)
 		}
 		return false;
 	}
-	*extra = list;
+
+	/*
+	 * The GUC machinery frees "extra" with guc_free: from PostgreSQL 16 on
+	 * that is pfree of GUC memory, so the list moves into guc_malloc'd
+	 * memory (plain malloc before 16, see compat.h).
+	 */
+	*extra = guc_malloc(LOG, EgressListSize(list));
+	if (*extra != NULL)
+		memcpy(*extra, list, EgressListSize(list));
+	free(list);
+	if (*extra == NULL)
+	{
+		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+		GUC_check_errmsg("out of memory");
+		return false;
+	}
 	return true;
 }
 

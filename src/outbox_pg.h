@@ -146,6 +146,7 @@ struct sockaddr;
 
 extern EgressList *EgressParseList(const char *value, char *errbuf,
 								   size_t errlen);
+extern size_t EgressListSize(const EgressList *list);
 extern bool EgressCheckUrl(const EgressList *list, const char *url,
 						   bool *by_name, char *errbuf, size_t errlen);
 extern bool EgressCheckAddress(const EgressList *list,
