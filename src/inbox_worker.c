@@ -94,6 +94,7 @@
 #include "common/pg_prng.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "pgstat.h"
@@ -359,8 +360,11 @@ inbox_run_message(InboxMessage *msg, MemoryContext msgcxt)
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
 
+		/* cut between characters: the text is stored and dumped */
 		error = psprintf("%s: %.*s", unpack_sql_state(edata->sqlerrcode),
-						 INBOX_ERROR_LEN, edata->message);
+						 pg_mbcliplen(edata->message, strlen(edata->message),
+									  INBOX_ERROR_LEN),
+						 edata->message);
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();

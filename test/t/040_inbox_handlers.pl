@@ -180,6 +180,27 @@ ok($node->poll_query_until('postgres', q{
 	'the next message is processed');
 $node->safe_psql('postgres', q{SELECT inbox.purge('hang-1')});
 
+# --- a handler error longer than the stored bound, in multibyte
+# characters, is cut between characters: the row stays valid text, so a
+# dump of it restores (convert_from verifies the bytes)
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION public.shout(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN RAISE EXCEPTION '%', pg_catalog.repeat('€', 700); END $$;
+	SELECT inbox.register_handler('shout.*', 'public.shout(inbox.messages)', max_attempts => 1);
+	SELECT inbox.receive('shout-1', 'shout.now', '{}');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'dead' FROM inbox.messages WHERE id = 'shout-1'}),
+	'a handler with a long multibyte error is dead-lettered');
+is($node->safe_psql('postgres', q{
+	SELECT pg_catalog.convert_from(pg_catalog.convert_to(last_error, 'UTF8'), 'UTF8') = last_error
+	       AND pg_catalog.octet_length(last_error) BETWEEN 900 AND 1007
+	       AND last_error LIKE 'P0001: €%€'
+	  FROM inbox.messages WHERE id = 'shout-1'}),
+	't', 'its stored error is cut between characters');
+$node->safe_psql('postgres', q{SELECT inbox.purge('shout-1')});
+
 # --- retention: processed messages after outbox.inbox_retention, expired
 # claims; pending and dead messages stay
 $node->safe_psql('postgres', q{
