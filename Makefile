@@ -60,6 +60,11 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS tracks no header dependencies (Debian's build has no autodepend):
+# every object is rebuilt when any of our headers changes, so a tree built
+# before a pull never links objects that disagree on a shared struct.
+$(OBJS): $(wildcard $(srcdir)/src/*.h)
+
 .PHONY: bench
 bench:
 	$(srcdir)/test/bench/run
