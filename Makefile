@@ -7,36 +7,10 @@
 #   make bench                  benchmarks (see README.md, "Performance")
 
 MODULE_big = outbox_pg
-OBJS = \
-	src/shmem.o \
-	src/wake.o \
-	src/launcher.o \
-	src/relay.o \
-	src/http.o \
-	src/egress.o \
-	src/webhook.o \
-	src/broker.o \
-	src/aws.o \
-	src/sns.o \
-	src/sqs.o \
-	src/rabbitmq.o \
-	src/retry.o \
-	src/store.o \
-	src/stats.o \
-	src/deststats.o \
-	src/ops.o \
-	src/outbox_pg.o \
-	src/guc.o \
-	src/config.o \
-	src/validate.o \
-	src/direct.o \
-	src/emit.o \
-	src/inbox.o \
-	src/ordering.o \
-	src/retention.o \
-	src/inbox_worker.o \
-	src/upgrade.o \
-	src/peertext.o
+# Every .c under src/ is part of the module: src/ holds what all subsystems
+# share, src/api/ what runs in application backends, src/worker/ the
+# launcher and relays, src/destination/ the kinds and their transport.
+OBJS = $(patsubst $(srcdir)/%.c,%.o,$(sort $(wildcard $(srcdir)/src/*.c $(srcdir)/src/*/*.c)))
 
 EXTENSION = outbox_pg
 DATA = $(wildcard sql/outbox_pg--*.sql)
@@ -49,10 +23,10 @@ PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-init
 REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
 	ops_monitoring inbox_messages ha_columns brokers_config circuit \
 	config_secrets search_path peer_text egress
-REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
+REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked lease_fence order_lease order_gap \
 	inbox_receive_concurrent
-ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
+ISOLATION_OPTS = --inputdir=$(srcdir)/test --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
 TAP_TESTS = 1
 PROVE_TESTS = $(wildcard $(srcdir)/test/t/*.pl)
 
@@ -63,7 +37,7 @@ include $(PGXS)
 # PGXS tracks no header dependencies (Debian's build has no autodepend):
 # every object is rebuilt when any of our headers changes, so a tree built
 # before a pull never links objects that disagree on a shared struct.
-$(OBJS): $(wildcard $(srcdir)/src/*.h)
+$(OBJS): $(wildcard $(srcdir)/src/*.h $(srcdir)/src/*/*.h)
 
 .PHONY: bench
 bench:

@@ -91,6 +91,10 @@
 #include "utils/timestamp.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "retry.h"
+#include "deststats.h"
+#include "destination/destination.h"
 
 /* Most destinations tracked in the whole cluster (all databases). */
 #define DESTSTATS_MAX			512

@@ -23,6 +23,10 @@
 #include "utils/memutils.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "api/api.h"
+#include "destination/http.h"
+#include "destination/destination.h"
 
 int			outbox_max_payload_size = 1024 * 1024;
 int			outbox_claim_retention = 7 * SECS_PER_DAY;

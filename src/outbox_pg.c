@@ -21,6 +21,11 @@
 #include "miscadmin.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "shmem.h"
+#include "deststats.h"
+#include "api/api.h"
+#include "worker/worker.h"
 
 PG_MODULE_MAGIC;
 

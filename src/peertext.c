@@ -71,6 +71,8 @@
 #include "utils/memutils.h"
 
 #include "outbox_pg.h"
+#include "peertext.h"
+#include "destination/destination.h"
 
 PG_FUNCTION_INFO_V1(outbox_sanitize_peer_text);
 

@@ -31,6 +31,9 @@
 #include "fmgr.h"
 
 #include "outbox_pg.h"
+#include "retry.h"
+#include "deststats.h"
+#include "destination/destination.h"
 
 PG_FUNCTION_INFO_V1(outbox_backoff_delay);
 

@@ -33,6 +33,9 @@
 #include "storage/shmem.h"
 
 #include "outbox_pg.h"
+#include "shmem.h"
+#include "peertext.h"
+#include "worker/worker.h"
 
 OutboxShared *outbox_shared = NULL;
 

@@ -72,6 +72,8 @@
 #include "utils/timestamp.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "api/api.h"
 
 PG_FUNCTION_INFO_V1(inbox_claim);
 PG_FUNCTION_INFO_V1(inbox_receive);

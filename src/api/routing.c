@@ -52,6 +52,7 @@
 #include "utils/syscache.h"
 
 #include "outbox_pg.h"
+#include "api/api.h"
 
 typedef struct OutboxRoute
 {

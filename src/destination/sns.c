@@ -47,6 +47,10 @@
 #include "lib/stringinfo.h"
 
 #include "outbox_pg.h"
+#include "retry.h"
+#include "deststats.h"
+#include "destination/http.h"
+#include "destination/destination.h"
 
 #define SNS_API_VERSION "2010-03-31"
 

@@ -54,6 +54,10 @@
 #include "utils/builtins.h"
 
 #include "outbox_pg.h"
+#include "retry.h"
+#include "deststats.h"
+#include "destination/http.h"
+#include "destination/destination.h"
 
 /* Error codes that mean "try again later". */
 static const char *const transient_codes[] = {

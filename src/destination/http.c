@@ -48,6 +48,9 @@
 #include "utils/memutils.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "destination/http.h"
+#include "destination/destination.h"
 
 /* Finished easy handles kept for reuse (curl_easy_reset keeps their buffers). */
 #define HTTP_POOL_SIZE	256

@@ -27,6 +27,7 @@
 #include "utils/rel.h"
 
 #include "outbox_pg.h"
+#include "api/api.h"
 
 /*
  * Open relid for one insert.  speculative: prepare the unique indexes for

@@ -47,6 +47,10 @@
 #include "utils/jsonb.h"
 
 #include "outbox_pg.h"
+#include "retry.h"
+#include "deststats.h"
+#include "destination/http.h"
+#include "destination/destination.h"
 
 /* The members of one message (without braces), after "Id" if any. */
 static void

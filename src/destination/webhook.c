@@ -44,6 +44,8 @@
 #include "utils/json.h"
 
 #include "outbox_pg.h"
+#include "destination/http.h"
+#include "destination/destination.h"
 
 static void
 append_percent_encoded(StringInfo buf, const char *value)

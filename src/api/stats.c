@@ -24,6 +24,8 @@
 #include "utils/timestamp.h"
 
 #include "outbox_pg.h"
+#include "shmem.h"
+#include "worker/worker.h"
 
 PG_FUNCTION_INFO_V1(outbox_workers);
 

@@ -47,6 +47,8 @@
 #include "utils/uuid.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "api/api.h"
 
 PG_FUNCTION_INFO_V1(outbox_emit);
 

@@ -41,6 +41,10 @@
 #include "utils/jsonb.h"
 
 #include "outbox_pg.h"
+#include "retry.h"
+#include "deststats.h"
+#include "destination/http.h"
+#include "destination/destination.h"
 
 /* Room for the response of a batch call (ten result entries and more). */
 #define BROKER_CAPTURE_BATCH	65536

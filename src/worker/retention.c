@@ -44,6 +44,8 @@
 #include "utils/uuid.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "worker/worker.h"
 
 /* how often worker 0 looks for expired rows when the last batch was short */
 #define RETENTION_INTERVAL_MS	1000

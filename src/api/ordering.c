@@ -74,6 +74,7 @@
 #include "storage/lock.h"
 
 #include "outbox_pg.h"
+#include "api/api.h"
 
 /* field4 of our advisory lock tags; pg_advisory_lock() uses 1 and 2 */
 #define ORDERING_LOCK_CLASS		0x704F	/* 28751 */

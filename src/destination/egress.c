@@ -53,6 +53,8 @@
 #include "utils/inet.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "destination/http.h"
 
 typedef enum EgressKind
 {

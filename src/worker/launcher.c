@@ -52,6 +52,9 @@
 #include "utils/varlena.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "shmem.h"
+#include "worker/worker.h"
 
 typedef struct LauncherDatabase
 {

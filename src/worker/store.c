@@ -70,6 +70,7 @@
 #include "utils/builtins.h"
 
 #include "outbox_pg.h"
+#include "worker/worker.h"
 
 PG_FUNCTION_INFO_V1(outbox_lease);
 PG_FUNCTION_INFO_V1(outbox_ack);

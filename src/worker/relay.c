@@ -97,6 +97,15 @@
 #include "utils/uuid.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "shmem.h"
+#include "retry.h"
+#include "deststats.h"
+#include "peertext.h"
+#include "api/api.h"
+#include "worker/worker.h"
+#include "destination/http.h"
+#include "destination/destination.h"
 
 #define RETRY_AFTER_MAX_MS		3600000
 #define ROUTE_INTERVAL_MS		5000

@@ -113,6 +113,9 @@
 #include "utils/timestamp.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "retry.h"
+#include "worker/worker.h"
 
 #define INBOX_BATCH					100
 #define INBOX_RETENTION_BATCH		1000

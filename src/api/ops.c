@@ -47,6 +47,11 @@
 #include "utils/uuid.h"
 
 #include "outbox_pg.h"
+#include "guc.h"
+#include "shmem.h"
+#include "api/api.h"
+#include "worker/worker.h"
+#include "destination/destination.h"
 
 #define BACKLOG_CHECK_MS		5000
 #define BACKLOG_CHECK_MAX_MS	60000

@@ -51,6 +51,8 @@
 #include "utils/rel.h"
 
 #include "outbox_pg.h"
+#include "shmem.h"
+#include "worker/worker.h"
 
 /* the version last reported as different, so the log says it once */
 static char reported_version[64] = "";

@@ -51,6 +51,9 @@
 #include "utils/json.h"
 
 #include "outbox_pg.h"
+#include "retry.h"
+#include "destination/http.h"
+#include "destination/destination.h"
 
 /* The routing key template with {type}, {aggregate_id}, {destination}. */
 static char *

@@ -36,6 +36,7 @@
 #include "utils/rel.h"
 
 #include "outbox_pg.h"
+#include "api/api.h"
 
 #define MAX_EXTRA_HEADERS		64
 #define MAX_HEADER_NAME_LEN		256

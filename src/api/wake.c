@@ -30,6 +30,9 @@
 #include "miscadmin.h"
 
 #include "outbox_pg.h"
+#include "shmem.h"
+#include "api/api.h"
+#include "worker/worker.h"
 
 static bool wake_pending = false;
 static bool wake_callback_registered = false;

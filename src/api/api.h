@@ -1,0 +1,68 @@
+/*-------------------------------------------------------------------------
+ *
+ * api.h
+ *		  Functions that run in application backends, inside the caller's transaction.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/api/api.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_API_H
+#define OUTBOX_API_H
+
+#include "utils/relcache.h"
+
+#include "outbox_pg.h"
+
+/* routing.c */
+typedef struct OutboxConfig
+{
+	Oid			events_relid;
+	Oid			destinations_relid;
+	Oid			routes_relid;
+	Oid			claims_relid;
+	int			events_natts;	/* EV_* columns present (see upgrade.c) */
+} OutboxConfig;
+
+extern const OutboxConfig *OutboxGetConfig(void);
+extern bool OutboxDestinationExists(const char *name);
+extern const char *OutboxRouteEventType(const char *type);
+extern bool OutboxDestinationIsOrdered(const char *name);
+extern bool OutboxPatternMatches(const char *pattern, const char *text);
+extern void OutboxConfigInit(void);
+
+/* wake.c */
+extern void OutboxWakeAtCommit(void);
+
+/* validate.c */
+extern bool OutboxTraceparentIsValid(const char *value);
+extern void OutboxCheckIdentifier(const char *what, const char *value,
+								  int maxlen);
+extern void OutboxCheckHeaders(Datum headers);
+
+/* insert.c */
+typedef struct OutboxInsertState
+{
+	Relation	rel;
+	struct EState *estate;
+	struct ResultRelInfo *rri;
+	struct TupleTableSlot *slot;
+} OutboxInsertState;
+
+extern void OutboxBeginInsert(OutboxInsertState *st, Oid relid, bool speculative);
+extern void OutboxEndInsert(OutboxInsertState *st);
+
+/* ordering.c */
+extern void OutboxLockAggregate(const char *destination,
+								const char *aggregate_id);
+
+/* emit.c */
+extern void OutboxGenerateUuidV7(unsigned char *out);
+
+/* ops.c */
+extern void OutboxOpsCheckBacklog(const char *database_name);
+
+#endif							/* OUTBOX_API_H */

@@ -1,0 +1,158 @@
+/*-------------------------------------------------------------------------
+ *
+ * destination.h
+ *		  Destination kinds: webhook, sns, sqs, rabbitmq.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/destination/destination.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_DESTINATION_H
+#define OUTBOX_DESTINATION_H
+
+#include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
+
+#include "destination/http.h"
+#include "retry.h"
+
+/* webhook.c */
+typedef struct WebhookEvent
+{
+	const char *id;
+	const char *type;
+	const char *aggregate_id;
+	const char *payload;
+	const char *traceparent;
+	const char *time;			/* RFC 3339, UTC */
+	List	   *extra_headers;	/* "Name: value" strings */
+} WebhookEvent;
+
+typedef struct WebhookTarget
+{
+	bool		structured;		/* CloudEvents structured mode */
+	const char *source;			/* ce-source */
+	List	   *headers;		/* "Name: value" strings */
+	List	   *signing_keys;	/* bytea-like: StringInfo of raw key bytes */
+	const char *bearer_token;
+} WebhookTarget;
+
+extern void OutboxBuildWebhook(const WebhookEvent *ev, const WebhookTarget *t,
+							   HttpRequest *req, char **body);
+extern bool OutboxDecodeSigningSecret(const char *secret, StringInfo key);
+
+/* broker.c: destinations of kind sns, sqs and rabbitmq */
+#define OUTBOX_BROKER_MAX_BATCH	10	/* entries of one SNS/SQS batch call */
+#define OUTBOX_SNS_MAX_BYTES	262144	/* SNS: message + attributes, and a batch */
+#define OUTBOX_SQS_MAX_BYTES	1048576 /* SQS: message + attributes, and a batch */
+
+typedef enum BrokerKind
+{
+	BROKER_SNS,
+	BROKER_SQS,
+	BROKER_RABBITMQ
+} BrokerKind;
+
+/* One destination's broker configuration, in cycle memory. */
+typedef struct BrokerTarget
+{
+	BrokerKind	kind;
+	const char *name;			/* destination name */
+	const char *url;			/* endpoint, or management API base */
+	int			batch_size;		/* SNS/SQS: 1 .. OUTBOX_BROKER_MAX_BATCH */
+	/* AWS */
+	const char *region;
+	const char *topic_arn;		/* SNS */
+	const char *queue_url;		/* SQS */
+	bool		fifo;
+	const char *group_key;		/* aggregate_id | type | destination */
+	const char *access_key_id;
+	const char *secret_access_key;
+	const char *session_token;
+	/* RabbitMQ */
+	const char *vhost;
+	const char *exchange;
+	const char *routing_key;	/* template: {type} {aggregate_id} ... */
+	bool		unroutable_dead;
+	const char *username;
+	const char *password;
+} BrokerTarget;
+
+/* One event as a broker message, and what became of it. */
+typedef struct BrokerMessage
+{
+	const char *id;
+	const char *type;
+	const char *aggregate_id;
+	const char *payload;		/* JSON text */
+	const char *traceparent;
+	const char *time;			/* RFC 3339, UTC */
+	const char *destination;
+
+	bool		decided;		/* outcome known before or without sending */
+	DeliveryOutcome outcome;
+	int			status;			/* HTTP status of its request, 0 if none */
+	char	   *error;			/* NULL when acknowledged */
+} BrokerMessage;
+
+/* The messages one request carries, for classifying its response. */
+typedef struct BrokerBatch
+{
+	BrokerKind	kind;
+	bool		batch_call;		/* PublishBatch / SendMessageBatch */
+	bool		unroutable_dead;
+	int			nmsgs;
+	BrokerMessage *msgs[OUTBOX_BROKER_MAX_BATCH];
+	bool		destination_failure;	/* set by OutboxBrokerClassify() */
+} BrokerBatch;
+
+extern BrokerTarget *OutboxBrokerTarget(const char *kind, const char *name,
+										const char *url, Datum options,
+										const char *const *credentials);
+extern void OutboxBrokerCheck(const BrokerTarget *t, BrokerMessage *msg);
+extern int	OutboxBrokerBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
+							  HttpRequest *req, BrokerBatch *batch);
+extern void OutboxBrokerClassify(BrokerBatch *batch, HttpRequest *req);
+extern void OutboxBrokerDecide(BrokerMessage *msg, DeliveryOutcome outcome,
+							   int status, const char *error);
+extern void OutboxAppendPercentEncoded(StringInfo buf, const char *value);
+
+/* aws.c */
+extern void OutboxAwsSign(const BrokerTarget *t, const char *service,
+						  HttpRequest *req, struct curl_slist **headers);
+extern const char *OutboxAwsRegion(const char *region, const char *url,
+								   const char *arn);
+extern bool OutboxAwsGroupIdValid(const char *value);
+extern char *OutboxAwsGroupId(const BrokerTarget *t, const BrokerMessage *msg);
+extern bool OutboxAwsErrorIsTransient(const char *code);
+extern bool OutboxAwsErrorIsConfig(const char *code);
+extern void OutboxAwsClassifyError(BrokerBatch *batch, HttpRequest *req,
+								   const char *code, const char *message);
+#define AWS_MAX_ATTRIBUTES		4
+extern int	OutboxAwsAttributes(const BrokerMessage *msg,
+								const char *names[AWS_MAX_ATTRIBUTES],
+								const char *values[AWS_MAX_ATTRIBUTES]);
+extern size_t OutboxAwsMessageSize(const BrokerMessage *msg);
+extern void OutboxAwsRequest(const BrokerTarget *t, const char *service,
+							 const char *content_type, const char *target,
+							 StringInfo body, HttpRequest *req);
+
+/* sns.c */
+extern void OutboxSnsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
+						   HttpRequest *req, BrokerBatch *batch);
+extern void OutboxSnsClassify(BrokerBatch *batch, HttpRequest *req);
+
+/* sqs.c */
+extern void OutboxSqsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
+						   HttpRequest *req, BrokerBatch *batch);
+extern void OutboxSqsClassify(BrokerBatch *batch, HttpRequest *req);
+
+/* rabbitmq.c */
+extern void OutboxRabbitBuild(const BrokerTarget *t, BrokerMessage *msg,
+							  HttpRequest *req, BrokerBatch *batch);
+extern void OutboxRabbitClassify(BrokerBatch *batch, HttpRequest *req);
+
+#endif							/* OUTBOX_DESTINATION_H */

@@ -1,0 +1,78 @@
+/*-------------------------------------------------------------------------
+ *
+ * http.h
+ *		  The relay's HTTP client (http.c) and its egress allow-list (egress.c).
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/destination/http.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_HTTP_H
+#define OUTBOX_HTTP_H
+
+#include <curl/curl.h>
+
+#include "outbox_pg.h"
+
+/* egress.c */
+typedef struct EgressList EgressList;
+struct sockaddr;
+
+extern EgressList *EgressParseList(const char *value, char *errbuf,
+								   size_t errlen);
+extern size_t EgressListSize(const EgressList *list);
+extern bool EgressCheckUrl(const EgressList *list, const char *url,
+						   bool *by_name, char *errbuf, size_t errlen);
+extern bool EgressCheckAddress(const EgressList *list,
+							   const struct sockaddr *sa, bool by_name,
+							   char *errbuf, size_t errlen);
+
+/* http.c */
+typedef struct HttpRequest
+{
+	/* set by the caller before HttpClientStart() */
+	const char *url;
+	struct curl_slist *headers;
+	const char *body;
+	size_t		body_len;
+	long		timeout_ms;
+	const char *username;		/* basic auth, or the AWS access key id */
+	const char *password;		/* its password, or the AWS secret key */
+	const char *aws_sigv4;		/* "aws:amz:REGION:SERVICE": sign with SigV4 */
+	char	   *capture;		/* optional buffer for the whole response */
+	size_t		capture_size;	/* its size, NUL included */
+	size_t		capture_len;	/* set by http.c */
+
+	/* set by http.c */
+	CURL	   *easy;
+	int			status;			/* HTTP status, 0 if none */
+	CURLcode	curl_code;
+	bool		refused;		/* refused by the allow-list, unsent */
+	bool		egress_by_name; /* host allowed as a name (egress.c) */
+	bool		egress_refused; /* an address was refused at connect */
+	char		egress_error[192];	/* why, for the error if none connected */
+	int			retry_after_secs;	/* -1 if absent */
+	bool		response_too_large;
+	int64		duration_us;	/* total time of the request */
+	size_t		response_total;
+	size_t		response_len;
+	char		response[OUTBOX_RESPONSE_PREFIX_LEN];	/* start of the body */
+	char		error[CURL_ERROR_SIZE];
+	struct HttpRequest *next_done;
+} HttpRequest;
+
+typedef struct HttpClient HttpClient;
+
+extern HttpClient *HttpClientCreate(void);
+extern void HttpClientStart(HttpClient *client, HttpRequest *req);
+extern HttpRequest *HttpClientWait(HttpClient *client, long timeout_ms,
+								   bool *latch_set);
+extern int	HttpClientRunning(HttpClient *client);
+extern struct curl_slist *OutboxAddHeader(struct curl_slist *list,
+										  const char *line);
+extern void HttpClientSkip(HttpClient *client, HttpRequest *req);
+
+#endif							/* OUTBOX_HTTP_H */

@@ -1,0 +1,70 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.h
+ *		  Shared memory: worker slots and the launcher's latch (shmem.c).
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/shmem.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_SHMEM_H
+#define OUTBOX_SHMEM_H
+
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+
+#include "outbox_pg.h"
+
+/* shmem.c */
+typedef enum RelayState
+{
+	RELAY_FREE = 0,				/* slot unused */
+	RELAY_STARTING,				/* registered, not connected yet */
+	RELAY_IDLE,					/* nothing due; waiting for a wake-up or poll */
+	RELAY_WORKING,				/* leasing, sending or recording */
+	RELAY_NO_EXTENSION,			/* database has no outbox_pg; exited */
+	RELAY_ERROR,				/* last cycle failed; retrying after a pause */
+	RELAY_STOPPED,				/* exited */
+	RELAY_OUTDATED				/* extension older than the library */
+} RelayState;
+
+typedef struct RelaySlot
+{
+	Oid			dboid;			/* database served, InvalidOid if free */
+	int			worker_number;	/* 0 .. workers_per_database - 1 */
+	pid_t		pid;			/* 0 unless running */
+	int			procno;			/* for SetLatch; -1 unless running */
+	RelayState	state;
+	TimestampTz started_at;
+	TimestampTz last_cycle_at;
+	TimestampTz retry_after;	/* launcher: do not restart before */
+	int			in_flight;		/* requests currently in flight */
+	pg_atomic_uint64 published;
+	pg_atomic_uint64 failed;
+	TimestampTz last_error_at;
+	char		last_error[OUTBOX_ERROR_LEN];
+	bool		absence_logged; /* "extension not installed" was logged for
+								 * dboid: quiet until the relay finds it */
+} RelaySlot;
+
+typedef struct OutboxShared
+{
+	LWLock	   *lock;
+	pid_t		launcher_pid;
+	int			launcher_procno;
+	Oid			launcher_wanted_db; /* a commit found no relay for this db */
+	RelaySlot	slots[OUTBOX_MAX_RELAYS];
+} OutboxShared;
+
+extern OutboxShared *outbox_shared;
+
+extern void OutboxShmemInit(void);
+extern void OutboxSetLatchByProcno(int procno);
+extern void OutboxSlotSetState(RelaySlot *slot, RelayState state);
+extern void OutboxSlotSetError(RelaySlot *slot, const char *error);
+extern const char *OutboxRelayStateName(RelayState state);
+
+#endif							/* OUTBOX_SHMEM_H */
