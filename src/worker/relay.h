@@ -1,0 +1,52 @@
+/*-------------------------------------------------------------------------
+ *
+ * relay.h
+ *		  Inside the relay process: what relay.c (the process and its loop)
+ *		  and delivery.c (the events) share.  Nothing outside src/worker/
+ *		  includes this.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/worker/relay.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_RELAY_H
+#define OUTBOX_RELAY_H
+
+#include "nodes/pg_list.h"
+#include "utils/timestamp.h"
+
+#include "shmem.h"
+#include "destination/http.h"
+
+/* relay.c */
+extern RelaySlot *relay_slot;
+extern HttpClient *relay_http;
+extern MemoryContext relay_cycle_context;	/* reset every loop */
+extern char *relay_database_name;
+extern TimestampTz relay_circuit_recheck_at;
+
+/* this relay's slot number, for its cells in deststats.c */
+#define RELAY_SLOT_INDEX ((int) (relay_slot - outbox_shared->slots))
+
+extern bool relay_begin(bool *missing);
+extern void relay_commit(void);
+
+/* delivery.c */
+typedef struct RelayEvent RelayEvent;
+
+extern MemoryContext relay_events_context;
+
+extern void DeliveryInit(void);
+extern int	DeliveryInFlight(void);
+extern void DeliveryPreparePlans(void);
+extern List *DeliveryLoadDestinations(void);
+extern void DeliveryLease(List *dests, bool *drained, List **leased);
+extern void DeliveryStart(RelayEvent *ev);
+extern List *DeliveryCompleted(List *pending, HttpRequest *req);
+extern void DeliveryRecord(List *done);
+extern void DeliveryFreeEvent(RelayEvent *ev);
+
+#endif							/* OUTBOX_RELAY_H */
