@@ -14,10 +14,73 @@
 #define OUTBOX_DESTINATION_H
 
 #include "lib/stringinfo.h"
+#include "utils/jsonb.h"
 #include "nodes/pg_list.h"
 
 #include "destination/http.h"
 #include "retry.h"
+
+/*
+ * ---- The destination-kind interface ----
+ *
+ * Every kind (webhook.c, sns.c, sqs.c, rabbitmq.c) ends with one
+ * static-const-initialised DestinationRoutine, exported under the name
+ * <kind>_routine and listed in destination.c's registry, the way table
+ * access methods and FDWs describe themselves to the server.  Everything
+ * the rest of the extension knows about a kind goes through it.
+ */
+
+/* Credentials of a destination (a row of outbox.credentials). */
+typedef struct DestinationCredentials
+{
+	const char *name;
+	const char *aws_access_key_id;
+	const char *aws_secret_access_key;
+	const char *aws_session_token;
+	const char *username;
+	const char *password;
+} DestinationCredentials;
+
+typedef enum DestinationOptionType
+{
+	DEST_OPTION_STRING,
+	DEST_OPTION_NUMBER,
+	DEST_OPTION_BOOLEAN
+} DestinationOptionType;
+
+/* One key a kind accepts in outbox.destinations.options. */
+typedef struct DestinationOption
+{
+	const char *name;			/* NULL ends the array */
+	DestinationOptionType type;
+	bool		required;
+} DestinationOption;
+
+/* What validation sees of one outbox.destinations row. */
+typedef struct DestinationDefinition
+{
+	const char *name;
+	const char *kind;
+	const char *url;
+	Jsonb	   *options;		/* a jsonb object, '{}' when empty */
+	const char *credentials_name;	/* NULL when the row names none */
+	const DestinationCredentials *credentials;	/* that row; NULL if none */
+} DestinationDefinition;
+
+typedef struct DestinationRoutine
+{
+	const char *kind;			/* outbox.destinations.kind */
+	int			max_batch;		/* messages per request; 1 = no batching */
+
+	/* validation (one source of truth: the trigger and the relay's loader) */
+	const DestinationOption *options;	/* the kind's own keys */
+	void		(*validate) (const DestinationDefinition *def); /* ERROR 22023 */
+} DestinationRoutine;
+
+/* destination.c */
+extern const DestinationRoutine *GetDestinationRoutine(const char *kind);
+extern const DestinationRoutine *const *DestinationRoutines(int *n);
+extern const char *DestinationKindList(void);
 
 /* webhook.c */
 typedef struct WebhookEvent

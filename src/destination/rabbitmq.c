@@ -212,3 +212,9 @@ OutboxRabbitClassify(BrokerBatch *batch, HttpRequest *req)
 		OutboxBrokerDecide(msg, OUTCOME_DEAD, status,
 						   psprintf("HTTP %d: %s", status, text));
 }
+
+const DestinationRoutine rabbitmq_routine =
+{
+	.kind = "rabbitmq",
+	.max_batch = 1,
+};

@@ -271,3 +271,9 @@ OutboxSnsClassify(BrokerBatch *batch, HttpRequest *req)
 	}
 	/* entries missing from the answer are retried by the caller */
 }
+
+const DestinationRoutine sns_routine =
+{
+	.kind = "sns",
+	.max_batch = OUTBOX_BROKER_MAX_BATCH,
+};

@@ -268,3 +268,9 @@ OutboxSqsClassify(BrokerBatch *batch, HttpRequest *req)
 	}
 	/* entries missing from the answer are retried by the caller */
 }
+
+const DestinationRoutine sqs_routine =
+{
+	.kind = "sqs",
+	.max_batch = OUTBOX_BROKER_MAX_BATCH,
+};

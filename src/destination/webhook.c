@@ -246,3 +246,9 @@ OutboxBuildWebhook(const WebhookEvent *ev, const WebhookTarget *t,
 	req->body = *body;
 	req->body_len = body_len;
 }
+
+const DestinationRoutine webhook_routine =
+{
+	.kind = "webhook",
+	.max_batch = 1,
+};
