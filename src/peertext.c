@@ -71,6 +71,7 @@
 #include "utils/memutils.h"
 
 #include "outbox_pg.h"
+#include "util.h"
 #include "peertext.h"
 #include "destination/destination.h"
 

@@ -41,6 +41,7 @@
 #include "utils/jsonb.h"
 
 #include "outbox_pg.h"
+#include "util.h"
 #include "retry.h"
 #include "deststats.h"
 #include "destination/http.h"
@@ -49,31 +50,6 @@
 /* Room for the response of a batch call (ten result entries and more). */
 #define BROKER_CAPTURE_BATCH	65536
 #define BROKER_CAPTURE_SINGLE	4096
-
-/* options ->> key, or NULL */
-static const char *
-broker_option(Jsonb *options, const char *key)
-{
-	JsonbValue	k;
-	JsonbValue *v;
-
-	if (options == NULL || !JB_ROOT_IS_OBJECT(options))
-		return NULL;
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	v = findJsonbValueFromContainer(&options->root, JB_FOBJECT, &k);
-	if (v == NULL || v->type == jbvNull)
-		return NULL;
-	if (v->type == jbvString)
-		return pnstrdup(v->val.string.val, v->val.string.len);
-	if (v->type == jbvBool)
-		return v->val.boolean ? "true" : "false";
-	if (v->type == jbvNumeric)
-		return DatumGetCString(DirectFunctionCall1(numeric_out,
-												   NumericGetDatum(v->val.numeric)));
-	return NULL;
-}
 
 static bool
 ends_with(const char *s, const char *suffix)
@@ -107,34 +83,34 @@ OutboxBrokerTarget(const char *kind, const char *name, const char *url,
 	t->url = url;
 
 	t->batch_size = OUTBOX_BROKER_MAX_BATCH;
-	if ((v = broker_option(options, "batch_size")) != NULL)
+	if ((v = OutboxJsonbOption(options, "batch_size")) != NULL)
 		t->batch_size = Max(1, Min(OUTBOX_BROKER_MAX_BATCH, atoi(v)));
-	t->topic_arn = broker_option(options, "topic_arn");
-	t->queue_url = broker_option(options, "queue_url");
+	t->topic_arn = OutboxJsonbOption(options, "topic_arn");
+	t->queue_url = OutboxJsonbOption(options, "queue_url");
 	if (t->queue_url == NULL)
 		t->queue_url = url;
-	t->region = OutboxAwsRegion(broker_option(options, "region"), url,
+	t->region = OutboxAwsRegion(OutboxJsonbOption(options, "region"), url,
 								t->topic_arn);
-	if ((v = broker_option(options, "fifo")) != NULL)
+	if ((v = OutboxJsonbOption(options, "fifo")) != NULL)
 		t->fifo = (strcmp(v, "true") == 0);
 	else if (t->kind == BROKER_SNS)
 		t->fifo = (t->topic_arn != NULL && ends_with(t->topic_arn, ".fifo"));
 	else if (t->kind == BROKER_SQS)
 		t->fifo = ends_with(t->queue_url, ".fifo");
-	t->group_key = broker_option(options, "message_group_key");
+	t->group_key = OutboxJsonbOption(options, "message_group_key");
 	if (t->group_key == NULL)
 		t->group_key = "aggregate_id";
 
-	t->vhost = broker_option(options, "vhost");
+	t->vhost = OutboxJsonbOption(options, "vhost");
 	if (t->vhost == NULL)
 		t->vhost = "/";
-	t->exchange = broker_option(options, "exchange");
+	t->exchange = OutboxJsonbOption(options, "exchange");
 	if (t->exchange == NULL || t->exchange[0] == '\0')
 		t->exchange = "amq.default";
-	t->routing_key = broker_option(options, "routing_key");
+	t->routing_key = OutboxJsonbOption(options, "routing_key");
 	if (t->routing_key == NULL)
 		t->routing_key = "{type}";
-	v = broker_option(options, "unroutable");
+	v = OutboxJsonbOption(options, "unroutable");
 	t->unroutable_dead = (v != NULL && strcmp(v, "dead") == 0);
 
 	t->access_key_id = credentials[0];
@@ -274,28 +250,4 @@ OutboxBrokerClassify(BrokerBatch *batch, HttpRequest *req)
 	for (int i = 0; i < batch->nmsgs; i++)
 		OutboxBrokerDecide(batch->msgs[i], OUTCOME_RETRY, req->status,
 						   "the response gave no result for this message");
-}
-
-/*
- * Append value percent-encoded as RFC 3986 wants it for a form value or a
- * path segment: everything but the unreserved characters becomes %XX.
- */
-void
-OutboxAppendPercentEncoded(StringInfo buf, const char *value)
-{
-	static const char hex[] = "0123456789ABCDEF";
-
-	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
-	{
-		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-			(*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
-			*p == '.' || *p == '~')
-			appendStringInfoChar(buf, (char) *p);
-		else
-		{
-			appendStringInfoChar(buf, '%');
-			appendStringInfoChar(buf, hex[*p >> 4]);
-			appendStringInfoChar(buf, hex[*p & 0x0f]);
-		}
-	}
 }

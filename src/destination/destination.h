@@ -82,6 +82,9 @@ extern const DestinationRoutine *GetDestinationRoutine(const char *kind);
 extern const DestinationRoutine *const *DestinationRoutines(int *n);
 extern const char *DestinationKindList(void);
 
+/* validate.c */
+extern void DestinationValidate(const DestinationDefinition *def);
+
 /* webhook.c */
 typedef struct WebhookEvent
 {
@@ -181,7 +184,6 @@ extern int	OutboxBrokerBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
 extern void OutboxBrokerClassify(BrokerBatch *batch, HttpRequest *req);
 extern void OutboxBrokerDecide(BrokerMessage *msg, DeliveryOutcome outcome,
 							   int status, const char *error);
-extern void OutboxAppendPercentEncoded(StringInfo buf, const char *value);
 
 /* aws.c */
 extern void OutboxAwsSign(const BrokerTarget *t, const char *service,

@@ -51,6 +51,7 @@
 #include "utils/json.h"
 
 #include "outbox_pg.h"
+#include "util.h"
 #include "retry.h"
 #include "destination/http.h"
 #include "destination/destination.h"

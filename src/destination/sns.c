@@ -47,6 +47,7 @@
 #include "lib/stringinfo.h"
 
 #include "outbox_pg.h"
+#include "util.h"
 #include "retry.h"
 #include "deststats.h"
 #include "destination/http.h"

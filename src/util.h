@@ -1,0 +1,22 @@
+/*-------------------------------------------------------------------------
+ *
+ * util.h
+ *		  Small helpers more than one subsystem needs (util.c).
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/util.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_UTIL_H
+#define OUTBOX_UTIL_H
+
+#include "lib/stringinfo.h"
+#include "utils/jsonb.h"
+
+extern const char *OutboxJsonbOption(Jsonb *options, const char *key);
+extern void OutboxAppendPercentEncoded(StringInfo buf, const char *value);
+
+#endif							/* OUTBOX_UTIL_H */
