@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Two builds of outbox_pg side by side in one run: relay throughput and
+CPU per event (one destination, and four destinations sharing the load),
+and emit() against a plain INSERT, alternating the builds every round so
+that drift on a shared machine hits both alike.
+
+PG_BIN_A / PG_BIN_B: bin directories of two relocatable PostgreSQL copies,
+each with its own build of outbox_pg installed (test/bench/versions makes
+them); LABEL_A / LABEL_B name them in the table.  BENCH_EVENTS (50000),
+BENCH_WORKERS (2), BENCH_ROUNDS (3), BENCH_SECONDS (5).
+A benchmark, not a test: it prints medians and ratios, it never fails on
+a timing.
+"""
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import psycopg2
+
+import relay_bench as rb
+
+N = int(os.environ.get("BENCH_EVENTS", "50000"))
+WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
+BUILDS = [(os.environ.get("LABEL_A", "A"), os.environ["PG_BIN_A"]),
+          (os.environ.get("LABEL_B", "B"), os.environ["PG_BIN_B"])]
+
+
+def relay_round(bin_dir, ndest):
+    """events/s and relay CPU µs per event for N events over ndest destinations."""
+    rb.BIN = bin_dir
+    tmp = tempfile.mkdtemp(prefix="outbox_versions_")
+    os.chmod(tmp, 0o777)
+    port = rb.start_nginx(tmp)
+    data, dsn = rb.start_cluster(tmp, WORKERS)
+    try:
+        conn = psycopg2.connect(dsn)
+        conn.autocommit = True
+        cur = conn.cursor()
+        cur.execute("CREATE EXTENSION outbox_pg")
+        for d in range(ndest):
+            cur.execute("INSERT INTO outbox.destinations (name, url, max_concurrency, paused) "
+                        "VALUES (%s, %s, 256, true)", (f"d{d}", f"http://127.0.0.1:{port}/d{d}"))
+            cur.execute("INSERT INTO outbox.routes (pattern, destination) VALUES (%s, %s)",
+                        (f"bench{d}.*", f"d{d}"))
+        time.sleep(2)
+        cur.execute(f"SELECT count(outbox.emit('bench' || (g % {ndest}) || '.event', (g % 1000)::text, "
+                    f"'{rb.PAYLOAD}')) FROM generate_series(1, {N}) g")
+        pids = []
+        for _ in range(200):
+            cur.execute("SELECT array_agg(pid) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
+            pids = cur.fetchone()[0] or []
+            if len(pids) == WORKERS:
+                break
+            time.sleep(0.05)
+        cpu0 = sum(rb.cpu_seconds(p) or 0 for p in pids)
+        t0 = time.time()
+        cur.execute("UPDATE outbox.destinations SET paused = false")
+        cur.execute("SELECT outbox.emit('bench0.kick', 'k', '{}')")
+        while True:
+            cur.execute("SELECT %s + 1 - coalesce(sum(published), 0) FROM outbox.workers() WHERE database = 'postgres'", (N,))
+            if cur.fetchone()[0] <= 0:
+                break
+            if time.time() - t0 > 600:
+                raise RuntimeError("relay did not drain in 600 s")
+            time.sleep(0.02)
+        elapsed = time.time() - t0
+        cpu1 = sum(rb.cpu_seconds(p) or 0 for p in pids)
+        conn.close()
+        return N / elapsed, (cpu1 - cpu0) * 1e6 / N
+    finally:
+        subprocess.run([f"{bin_dir}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
+        subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+EMIT_SQL = "SELECT outbox.emit('payment.created', 'agg-' || (random() * 1000)::int, " \
+           "'{\"amount\": 1250, \"currency\": \"EUR\"}');\n"
+INSERT_SQL = "INSERT INTO plain_events (id, type, aggregate_id, payload, destination) VALUES (gen_random_uuid(), " \
+             "'payment.created', 'agg-' || (random() * 1000)::int, '{\"amount\": 1250, \"currency\": \"EUR\"}', 'payments');\n"
+
+
+def emit_round(bin_dir):
+    """tps of emit() and of a plain INSERT into a copy of the table, 1 client."""
+    rb.BIN = bin_dir
+    tmp = tempfile.mkdtemp(prefix="outbox_versions_emit_")
+    os.chmod(tmp, 0o777)
+    data, dsn = rb.start_cluster(tmp, 1, extra="outbox.databases = ''\nautovacuum = off\n")
+    try:
+        conn = psycopg2.connect(dsn)
+        conn.autocommit = True
+        cur = conn.cursor()
+        cur.execute("""CREATE EXTENSION outbox_pg;
+CREATE TABLE plain_events (LIKE outbox.events INCLUDING ALL);
+INSERT INTO outbox.destinations (name, url) VALUES ('payments', 'http://127.0.0.1:9/');
+INSERT INTO outbox.routes (pattern, destination) VALUES ('payment.*', 'payments');""")
+        port = dsn.split("port=")[1].split()[0]
+        out = {}
+        for name, sql in (("insert", INSERT_SQL), ("emit", EMIT_SQL)):
+            path = os.path.join(tmp, name + ".sql")
+            with open(path, "w") as f:
+                f.write(sql)
+            r = subprocess.run([f"{bin_dir}/pgbench", "-n", "-M", "prepared", "-h", tmp, "-p", port,
+                                "-c", "1", "-T", str(SECONDS), "-f", path, "postgres"],
+                               env=dict(os.environ, PGOPTIONS="-c synchronous_commit=off"),
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"pgbench {name}: {r.stderr.strip()[-500:]}")
+            r = r.stdout
+            out[name] = next(float(l.split("=")[1].split()[0]) for l in r.splitlines() if l.startswith("tps ="))
+        conn.close()
+        return out["emit"], out["insert"]
+    finally:
+        subprocess.run([f"{bin_dir}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    res = {}
+    for rnd in range(ROUNDS):
+        order = BUILDS if rnd % 2 == 0 else BUILDS[::-1]
+        for label, bin_dir in order:
+            for ndest in (1, 4):
+                eps, cpu = relay_round(bin_dir, ndest)
+                res.setdefault((label, f"relay{ndest}_eps"), []).append(eps)
+                res.setdefault((label, f"relay{ndest}_cpu"), []).append(cpu)
+                print(f"  round {rnd + 1} {label}: {ndest} destination(s) {eps:8.0f} events/s, {cpu:5.1f} µs CPU/event",
+                      file=sys.stderr, flush=True)
+            e, i = emit_round(bin_dir)
+            res.setdefault((label, "emit"), []).append(e)
+            res.setdefault((label, "insert"), []).append(i)
+            res.setdefault((label, "emit_ratio"), []).append(e / i)
+            print(f"  round {rnd + 1} {label}: emit {e:8.0f} tps, INSERT {i:8.0f} tps", file=sys.stderr, flush=True)
+    med = {k: statistics.median(v) for k, v in res.items()}
+    (a, _), (b, _) = BUILDS
+    print()
+    print(f"outbox_pg {a} vs {b}, side by side, median of {ROUNDS} rounds (builds alternated), "
+          f"{N} events, {WORKERS} relay workers, nginx 204 sink; emit: pgbench 1 client, synchronous_commit off")
+    print()
+    print(f"| measure | {a} | {b} | {b}/{a} |")
+    print("|---|---|---|---|")
+    rows = [("relay, 1 destination (events/s)", "relay1_eps", "{:.0f}"),
+            ("relay, 4 destinations (events/s)", "relay4_eps", "{:.0f}"),
+            ("relay CPU per event, 1 destination (µs)", "relay1_cpu", "{:.1f}"),
+            ("relay CPU per event, 4 destinations (µs)", "relay4_cpu", "{:.1f}"),
+            ("emit() (tps)", "emit", "{:.0f}"),
+            ("plain INSERT, same run (tps)", "insert", "{:.0f}"),
+            ("emit()/INSERT", "emit_ratio", "{:.2f}")]
+    for title, key, fmt in rows:
+        va, vb = med[(a, key)], med[(b, key)]
+        print(f"| {title} | {fmt.format(va)} | {fmt.format(vb)} | {vb / va:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
