@@ -172,6 +172,12 @@ static TimestampTz last_full_warning = 0;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
+static void deststats_shmem_request(void);
+static void deststats_shmem_startup(void);
+static void deststats_reset(DestStats *ds, Oid dboid, const char *name);
+static bool deststats_better_victim(DestStats *a, DestStats *b);
+static ResultClass deststats_class(int status);
+
 static void
 deststats_shmem_request(void)
 {

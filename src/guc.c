@@ -37,7 +37,6 @@ int			outbox_workers_per_database = 1;
 int			outbox_poll_interval = 1000;
 int			outbox_batch_size = 200;
 int			outbox_max_response_size = 64 * 1024;
-char	   *outbox_allowed_hosts = NULL;
 EgressList *outbox_allowed_hosts_list = NULL;
 char	   *outbox_ca_file = NULL;
 int			outbox_discovery_interval = 10;
@@ -48,11 +47,17 @@ int			outbox_retention_batch = 5000;
 
 /* operability thresholds (see ops.c and outbox.health()) */
 int			outbox_pending_age_warning = 300;
-int			outbox_pending_age_critical = 1800;
-int			outbox_dead_letters_warning = 1;
-int			outbox_dead_letters_critical = 0;
 int			outbox_inbox_retention = 7 * SECS_PER_DAY;
 int			outbox_inbox_handler_timeout = 60000;
+
+/*
+ * Read through the GUC machinery only: outbox.health() reads the
+ * thresholds with current_setting(), the relay the parsed allow-list.
+ */
+static char *outbox_allowed_hosts = NULL;
+static int	outbox_pending_age_critical = 1800;
+static int	outbox_dead_letters_warning = 1;
+static int	outbox_dead_letters_critical = 0;
 
 static bool guc_check_traceparent(char **newval, void **extra, GucSource source);
 static bool guc_check_databases(char **newval, void **extra, GucSource source);

@@ -27,7 +27,7 @@ typedef struct OutboxConfig
 	Oid			claims_relid;
 	Oid			messages_relid; /* InvalidOid before 0.2.0 */
 	Oid			messages_seq_relid;	/* likewise */
-	int			events_natts;	/* EV_* columns present (see upgrade.c) */
+	int			events_natts;	/* EV_* columns present (worker/version.c) */
 } OutboxConfig;
 
 extern const OutboxConfig *OutboxGetConfig(void);

@@ -335,7 +335,7 @@ emit_insert(Oid relid, int ncols, Datum *values, bool *nulls)
 	/*
 	 * Columns added by a later version than this library stay NULL; columns
 	 * this library knows but the table does not have yet (upgrade pending,
-	 * see upgrade.c) are left out.
+	 * see worker/version.c) are left out.
 	 */
 	for (int i = 0; i < ncols && i < slot->tts_tupleDescriptor->natts; i++)
 	{

@@ -6,8 +6,8 @@
  *
  * claim() remembers a message id; receive() stores the whole message in
  * inbox.messages for the worker to run through its handler (see
- * inbox_worker.c).  Both insert one row keyed by the message id the same
- * way, described here for claims.
+ * worker/inbox_process.c).  Both insert one row keyed by the message id
+ * the same way, described here for claims.
  *
  * A claim is one row in inbox.claims keyed by (consumer, message_id),
  * inserted with ON CONFLICT DO NOTHING in the caller's transaction:
@@ -40,7 +40,7 @@
  * redelivery of its message, or a late duplicate is processed twice.
  * Claim retentions shorter than outbox.redelivery_window are refused; the
  * worker keeps processed messages at least that long whatever
- * outbox.inbox_retention says (inbox_worker.c).
+ * outbox.inbox_retention says (worker/inbox_process.c).
  *
  * Copyright (c) 2026, outbox_pg developers
  *
@@ -81,6 +81,16 @@ PG_FUNCTION_INFO_V1(inbox_pattern_matches);
 
 /* columns of inbox.claims */
 #define CLAIM_NATTS		4
+
+static void claim_check_visible(EState *estate, Relation rel, ItemPointer tid);
+static bool inbox_insert_unless_exists(Oid relid, const char *table, int natts,
+									   Datum *values, bool *nulls);
+static char *inbox_text_arg(FunctionCallInfo fcinfo, int argno,
+							const char *what, int maxlen);
+static void inbox_check_message_id(FunctionCallInfo fcinfo);
+static double interval_seconds(const Interval *span);
+static char *seconds_to_text(int64 secs);
+static Oid	inbox_relid(Oid relid, const char *name);
 
 /*
  * Under a transaction snapshot, a conflicting claim this transaction cannot
@@ -186,6 +196,17 @@ inbox_text_arg(FunctionCallInfo fcinfo, int argno, const char *what,
 	return value;
 }
 
+/* The message id, argument 0 of claim() and receive(): required. */
+static void
+inbox_check_message_id(FunctionCallInfo fcinfo)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("message id must not be null")));
+	(void) inbox_text_arg(fcinfo, 0, "message id", OUTBOX_MAX_ID_LEN);
+}
+
 /* Seconds spanned by an interval, months counted as 30 days. */
 static double
 interval_seconds(const Interval *span)
@@ -222,11 +243,7 @@ inbox_claim(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot claim a message in a read-only transaction")));
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("message id must not be null")));
-	(void) inbox_text_arg(fcinfo, 0, "message id", OUTBOX_MAX_ID_LEN);
+	inbox_check_message_id(fcinfo);
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -314,11 +331,7 @@ inbox_receive(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot receive a message in a read-only transaction")));
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("message id must not be null")));
-	(void) inbox_text_arg(fcinfo, 0, "message id", OUTBOX_MAX_ID_LEN);
+	inbox_check_message_id(fcinfo);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

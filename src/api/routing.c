@@ -298,8 +298,8 @@ config_find_tables(void)
  * The columns must match the EV_* enum by position.  Between a library
  * upgrade and ALTER EXTENSION UPDATE the table may lack columns that
  * later versions appended; it is then a prefix of the enum, and emit()
- * writes only the columns it has (see upgrade.c).  The columns of 0.1.0
- * are always there.
+ * writes only the columns it has (see worker/version.c).  The columns of
+ * 0.1.0 are always there.
  */
 static void
 config_check_event_columns(void)
