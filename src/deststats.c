@@ -310,8 +310,11 @@ OutboxDestStatsAttach(int slot, const char *name)
 	{
 		last_full_warning = now;
 		ereport(LOG,
-				(errmsg("outbox_pg tracks at most %d destinations; \"%s\" is relayed without runtime statistics or circuit breaker",
-						DESTSTATS_MAX, name)));
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("destination \"%s\" is relayed without runtime statistics or circuit breaker",
+						name),
+				 errdetail("Shared memory holds the statistics of at most %d destinations.",
+						   DESTSTATS_MAX)));
 	}
 	return result;
 }
