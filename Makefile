@@ -5,6 +5,10 @@
 #                               private temporary instance (run as a non-root
 #                               user; test/run does all of it from scratch)
 #   make bench                  benchmarks (see README.md, "Performance")
+#
+# Sources are under src/ (see README.md, "Source layout"); tests under test/
+# (sql/ and expected/ for pg_regress, specs/ for isolation, t/ for TAP);
+# sql/ holds only the install and upgrade scripts.
 
 MODULE_big = outbox_pg
 # Every .c under src/ is part of the module: src/ holds what all subsystems

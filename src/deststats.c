@@ -172,6 +172,12 @@ static TimestampTz last_full_warning = 0;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
+static void deststats_shmem_request(void);
+static void deststats_shmem_startup(void);
+static void deststats_reset(DestStats *ds, Oid dboid, const char *name);
+static bool deststats_better_victim(DestStats *a, DestStats *b);
+static ResultClass deststats_class(int status);
+
 static void
 deststats_shmem_request(void)
 {
@@ -304,8 +310,11 @@ OutboxDestStatsAttach(int slot, const char *name)
 	{
 		last_full_warning = now;
 		ereport(LOG,
-				(errmsg("outbox_pg tracks at most %d destinations; \"%s\" is relayed without runtime statistics or circuit breaker",
-						DESTSTATS_MAX, name)));
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("destination \"%s\" is relayed without runtime statistics or circuit breaker",
+						name),
+				 errdetail("Shared memory holds the statistics of at most %d destinations.",
+						   DESTSTATS_MAX)));
 	}
 	return result;
 }

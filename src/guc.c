@@ -21,12 +21,12 @@
 
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/varlena.h"
 
 #include "outbox_pg.h"
 #include "guc.h"
 #include "api/api.h"
 #include "destination/http.h"
-#include "destination/destination.h"
 
 int			outbox_max_payload_size = 1024 * 1024;
 int			outbox_claim_retention = 7 * SECS_PER_DAY;
@@ -37,7 +37,6 @@ int			outbox_workers_per_database = 1;
 int			outbox_poll_interval = 1000;
 int			outbox_batch_size = 200;
 int			outbox_max_response_size = 64 * 1024;
-char	   *outbox_allowed_hosts = NULL;
 EgressList *outbox_allowed_hosts_list = NULL;
 char	   *outbox_ca_file = NULL;
 int			outbox_discovery_interval = 10;
@@ -48,11 +47,29 @@ int			outbox_retention_batch = 5000;
 
 /* operability thresholds (see ops.c and outbox.health()) */
 int			outbox_pending_age_warning = 300;
-int			outbox_pending_age_critical = 1800;
-int			outbox_dead_letters_warning = 1;
-int			outbox_dead_letters_critical = 0;
 int			outbox_inbox_retention = 7 * SECS_PER_DAY;
 int			outbox_inbox_handler_timeout = 60000;
+
+/*
+ * Read through the GUC machinery only: outbox.health() reads the
+ * thresholds with current_setting(), the relay the parsed allow-list.
+ */
+static char *outbox_allowed_hosts = NULL;
+static int	outbox_pending_age_critical = 1800;
+static int	outbox_dead_letters_warning = 1;
+static int	outbox_dead_letters_critical = 0;
+
+static bool guc_check_traceparent(char **newval, void **extra, GucSource source);
+static bool guc_check_databases(char **newval, void **extra, GucSource source);
+static bool guc_check_allowed_hosts(char **newval, void **extra, GucSource source);
+static void guc_assign_allowed_hosts(const char *newval, void *extra);
+static void define_backend_gucs(void);
+static void define_relay_gucs(void);
+static void define_transport_gucs(void);
+static void define_timing_gucs(void);
+static void define_retention_gucs(void);
+static void define_health_gucs(void);
+static void define_inbox_gucs(void);
 
 static bool
 guc_check_traceparent(char **newval, void **extra, GucSource source)
@@ -65,6 +82,32 @@ guc_check_traceparent(char **newval, void **extra, GucSource source)
 		return false;
 	}
 	return true;
+}
+
+/*
+ * outbox.databases is checked here, so a value the launcher could not split
+ * into names is refused when it is set (ALTER SYSTEM, reload, start) and
+ * the relayed databases stay as they were.
+ */
+static bool
+guc_check_databases(char **newval, void **extra, GucSource source)
+{
+	char	   *raw;
+	List	   *names = NIL;
+	bool		ok;
+
+	if (*newval == NULL || strcmp(*newval, "*") == 0)
+		return true;
+	raw = pstrdup(*newval);
+	ok = SplitIdentifierString(raw, ',', &names);
+	list_free(names);
+	pfree(raw);
+	if (!ok)
+	{
+		GUC_check_errmsg("invalid list syntax in outbox.databases");
+		GUC_check_errhint("Use a comma-separated list of database names, or *.");
+	}
+	return ok;
 }
 
 /*
@@ -118,8 +161,27 @@ guc_assign_allowed_hosts(const char *newval, void *extra)
 	outbox_allowed_hosts_list = (EgressList *) extra;
 }
 
+/*
+ * Define every parameter, group by group, then reserve the prefix.  Called
+ * from _PG_init.
+ */
 void
 OutboxDefineGucs(void)
+{
+	define_backend_gucs();
+	define_relay_gucs();
+	define_transport_gucs();
+	define_timing_gucs();
+	define_retention_gucs();
+	define_health_gucs();
+	define_inbox_gucs();
+
+	MarkGUCPrefixReserved("outbox");
+}
+
+/* Settings read in application backends: outbox.emit() and inbox.claim(). */
+static void
+define_backend_gucs(void)
 {
 	DefineCustomIntVariable("outbox.max_payload_size",
 							"Largest payload accepted by outbox.emit().",
@@ -162,7 +224,15 @@ OutboxDefineGucs(void)
 							   PGC_USERSET,
 							   0,
 							   guc_check_traceparent, NULL, NULL);
+}
 
+/*
+ * Which databases are relayed, by how many workers, how often and in what
+ * batches (launcher.c, relay.c).
+ */
+static void
+define_relay_gucs(void)
+{
 	DefineCustomStringVariable("outbox.databases",
 							   "Databases whose outbox is relayed.",
 							   "A comma-separated list of database names, or * for every database that allows connections and has the extension.",
@@ -170,7 +240,7 @@ OutboxDefineGucs(void)
 							   "*",
 							   PGC_SIGHUP,
 							   GUC_LIST_INPUT,
-							   NULL, NULL, NULL);
+							   guc_check_databases, NULL, NULL);
 
 	DefineCustomIntVariable("outbox.workers_per_database",
 							"Relay workers started for each relayed database.",
@@ -198,7 +268,12 @@ OutboxDefineGucs(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
+}
 
+/* What the relay may send to and read back (http.c, egress.c). */
+static void
+define_transport_gucs(void)
+{
 	DefineCustomIntVariable("outbox.max_response_size",
 							"Largest response body the relay reads from a destination.",
 							"Longer responses fail the attempt.",
@@ -225,7 +300,15 @@ OutboxDefineGucs(void)
 							   PGC_SIGHUP,
 							   0,
 							   NULL, NULL, NULL);
+}
 
+/*
+ * The launcher's discovery, the lease beyond a destination's timeout and
+ * the shared circuit breaker of each destination (deststats.c).
+ */
+static void
+define_timing_gucs(void)
+{
 	DefineCustomIntVariable("outbox.discovery_interval",
 							"How often the launcher looks for databases to relay.",
 							NULL,
@@ -244,7 +327,6 @@ OutboxDefineGucs(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	/* the shared circuit breaker of each destination (deststats.c) */
 	DefineCustomIntVariable("outbox.circuit_max_pause",
 							"Longest pause of an open circuit before the next probe of the destination.",
 							"An open circuit pauses 1 s, doubling with every failed probe up to this; it also bounds how long a recovered destination waits for its first delivery.",
@@ -253,8 +335,15 @@ OutboxDefineGucs(void)
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+}
 
-	/* retention of published outbox rows (retention.c) */
+/*
+ * Retention of published outbox events and processed inbox messages
+ * (retention.c, inbox_process.c).
+ */
+static void
+define_retention_gucs(void)
+{
 	DefineCustomIntVariable("outbox.retention",
 							"How long published outbox events are kept before relay worker 0 deletes them.",
 							"-1 keeps them forever. Pending and dead events are never deleted by retention.",
@@ -283,8 +372,15 @@ OutboxDefineGucs(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
+}
 
-	/* operability: thresholds of outbox.health() and the relay's warnings */
+/*
+ * Operability: thresholds of outbox.health() and the relay's warnings
+ * (ops.c).
+ */
+static void
+define_health_gucs(void)
+{
 	DefineCustomIntVariable("outbox.pending_age_warning",
 							"Age of the oldest pending event at which outbox.health() warns and the relay logs a WARNING.",
 							"0 disables the check.",
@@ -320,7 +416,12 @@ OutboxDefineGucs(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
+}
 
+/* The worker's run of inbox handlers (inbox_process.c). */
+static void
+define_inbox_gucs(void)
+{
 	DefineCustomIntVariable("outbox.inbox_handler_timeout",
 							"Longest time one inbox handler call may run.",
 							"A call that runs longer is cancelled and counts as a failed attempt; 0 disables the limit.",
@@ -329,6 +430,4 @@ OutboxDefineGucs(void)
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
-
-	MarkGUCPrefixReserved("outbox");
 }

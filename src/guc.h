@@ -27,7 +27,6 @@ extern int	outbox_workers_per_database;
 extern int	outbox_poll_interval;
 extern int	outbox_batch_size;
 extern int	outbox_max_response_size;
-extern char *outbox_allowed_hosts;
 extern struct EgressList *outbox_allowed_hosts_list;	/* parsed form */
 extern char *outbox_ca_file;
 extern int	outbox_discovery_interval;
@@ -36,9 +35,6 @@ extern int	outbox_circuit_max_pause;
 extern int	outbox_retention;
 extern int	outbox_retention_batch;
 extern int	outbox_pending_age_warning;
-extern int	outbox_pending_age_critical;
-extern int	outbox_dead_letters_warning;
-extern int	outbox_dead_letters_critical;
 extern int	outbox_inbox_retention;
 extern int	outbox_inbox_handler_timeout;
 

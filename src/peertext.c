@@ -116,6 +116,25 @@ static MemoryContext peer_cache_context = NULL;
 static PeerCacheEntry peer_cache[PEER_CACHE_SIZE];
 static int	peer_cache_used = 0;
 
+static void peer_add_form(List **forms, const char *form, size_t len);
+static char *peer_base64(const char *s, size_t len);
+static char *peer_percent_encoded(const char *s, bool lower);
+static void peer_add_encoded(List **forms, const char *s);
+static void peer_add_secret(List **forms, const char *secret);
+static void peer_add_basic(List **forms, const char *user,
+						   const char *password);
+static void peer_add_header(List **forms, const char *line);
+static void peer_percent_decode(char *s);
+static void peer_add_url(List **forms, const char *url);
+static int	peer_longest_first(const ListCell *a, const ListCell *b);
+static PeerSecrets *peer_build_secrets(const PeerSecretSources *src);
+static void peer_key_append(StringInfo key, const char *value);
+static size_t peer_match_secret(const PeerSecrets *secrets, const char *data,
+								size_t left, bool truncated);
+static bool peer_unsafe_code_point(pg_wchar c);
+static bool peer_set_source(PeerSecretSources *src, const char *key,
+							const char *value);
+
 /* ---- collecting secrets ---- */
 
 /* Duplicates are removed once all are collected (OutboxPeerSecrets). */
@@ -621,6 +640,36 @@ OutboxPeerText(const char *data, size_t len, bool truncated,
 	return out.data;
 }
 
+/* The single-valued members of PeerSecretSources, by their key in JSON. */
+static const struct
+{
+	const char *key;
+	size_t		offset;
+}			peer_source_keys[] = {
+	{"url", offsetof(PeerSecretSources, url)},
+	{"bearer_token", offsetof(PeerSecretSources, bearer_token)},
+	{"aws_access_key_id", offsetof(PeerSecretSources, aws_access_key_id)},
+	{"aws_secret_access_key", offsetof(PeerSecretSources, aws_secret_access_key)},
+	{"aws_session_token", offsetof(PeerSecretSources, aws_session_token)},
+	{"username", offsetof(PeerSecretSources, username)},
+	{"password", offsetof(PeerSecretSources, password)},
+};
+
+/* Set the member of src named key to value; false if key names none. */
+static bool
+peer_set_source(PeerSecretSources *src, const char *key, const char *value)
+{
+	for (int i = 0; i < lengthof(peer_source_keys); i++)
+	{
+		if (strcmp(key, peer_source_keys[i].key) == 0)
+		{
+			*(const char **) ((char *) src + peer_source_keys[i].offset) = value;
+			return true;
+		}
+	}
+	return false;
+}
+
 /*
  * outbox._sanitize_peer_text(body bytea, max_bytes int4, truncated bool,
  *							  secrets jsonb) returns text
@@ -687,21 +736,7 @@ outbox_sanitize_peer_text(PG_FUNCTION_ARGS)
 									   psprintf("%s: %s", header, str));
 		else if (depth == 2 && strcmp(key, "signing_secrets") == 0)
 			src.signing_secrets = lappend(src.signing_secrets, str);
-		else if (depth == 1 && strcmp(key, "url") == 0)
-			src.url = str;
-		else if (depth == 1 && strcmp(key, "bearer_token") == 0)
-			src.bearer_token = str;
-		else if (depth == 1 && strcmp(key, "aws_access_key_id") == 0)
-			src.aws_access_key_id = str;
-		else if (depth == 1 && strcmp(key, "aws_secret_access_key") == 0)
-			src.aws_secret_access_key = str;
-		else if (depth == 1 && strcmp(key, "aws_session_token") == 0)
-			src.aws_session_token = str;
-		else if (depth == 1 && strcmp(key, "username") == 0)
-			src.username = str;
-		else if (depth == 1 && strcmp(key, "password") == 0)
-			src.password = str;
-		else
+		else if (depth != 1 || !peer_set_source(&src, key, str))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("unknown secret source \"%s\"", key),

@@ -12,6 +12,7 @@
  */
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
@@ -26,15 +27,11 @@
 const char *
 OutboxJsonbOption(Jsonb *options, const char *key)
 {
-	JsonbValue	k;
 	JsonbValue *v;
 
-	if (options == NULL || !JB_ROOT_IS_OBJECT(options))
+	if (options == NULL)
 		return NULL;
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	v = findJsonbValueFromContainer(&options->root, JB_FOBJECT, &k);
+	v = OutboxJsonbGet(&options->root, key);
 	if (v == NULL || v->type == jbvNull)
 		return NULL;
 	if (v->type == jbvString)
@@ -69,4 +66,42 @@ OutboxAppendPercentEncoded(StringInfo buf, const char *value)
 			appendStringInfoChar(buf, hex[*p & 0x0f]);
 		}
 	}
+}
+
+/*
+ * The value of key in a jsonb object container; NULL when the key is
+ * absent or the container is not an object.  The one lookup primitive:
+ * OutboxJsonbOption and the option checks of the configuration build on it.
+ */
+JsonbValue *
+OutboxJsonbGet(JsonbContainer *container, const char *key)
+{
+	JsonbValue	k;
+
+	if (container == NULL || !JsonContainerIsObject(container))
+		return NULL;
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	return findJsonbValueFromContainer(container, JB_FOBJECT, &k);
+}
+
+/* Microseconds since the Unix epoch of a timestamp. */
+int64
+OutboxUnixMicros(TimestampTz ts)
+{
+	return ts + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+}
+
+/*
+ * Write the time field of a UUIDv7 (RFC 9562): its first 48 bits are Unix
+ * milliseconds, big-endian.  The one place that layout is encoded; emit.c
+ * generates ids with it, and a time's lower bound among ids (retention)
+ * is that field followed by zeros.
+ */
+void
+OutboxUuidV7SetTime(unsigned char *uuid, int64 unix_ms)
+{
+	for (int i = 0; i < 6; i++)
+		uuid[i] = (unsigned char) (unix_ms >> (40 - 8 * i));
 }

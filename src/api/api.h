@@ -13,6 +13,7 @@
 #ifndef OUTBOX_API_H
 #define OUTBOX_API_H
 
+#include "fmgr.h"
 #include "utils/relcache.h"
 
 #include "outbox_pg.h"
@@ -24,7 +25,9 @@ typedef struct OutboxConfig
 	Oid			destinations_relid;
 	Oid			routes_relid;
 	Oid			claims_relid;
-	int			events_natts;	/* EV_* columns present (see upgrade.c) */
+	Oid			messages_relid; /* InvalidOid before 0.2.0 */
+	Oid			messages_seq_relid;	/* likewise */
+	int			events_natts;	/* EV_* columns present (worker/version.c) */
 } OutboxConfig;
 
 extern const OutboxConfig *OutboxGetConfig(void);
@@ -60,7 +63,7 @@ extern void OutboxLockAggregate(const char *destination,
 								const char *aggregate_id);
 
 /* emit.c */
-extern void OutboxGenerateUuidV7(unsigned char *out);
+extern Datum OutboxPayloadArg(FunctionCallInfo fcinfo, int argno, bool event);
 
 /* ops.c */
 extern void OutboxOpsCheckBacklog(const char *database_name);

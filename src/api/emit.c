@@ -24,7 +24,7 @@
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/emit.c
+ *		  src/api/emit.c
  *
  *-------------------------------------------------------------------------
  */
@@ -48,6 +48,7 @@
 
 #include "outbox_pg.h"
 #include "guc.h"
+#include "util.h"
 #include "api/api.h"
 
 PG_FUNCTION_INFO_V1(outbox_emit);
@@ -62,18 +63,206 @@ PG_FUNCTION_INFO_V1(outbox_emit);
 #define ARG_TRACEPARENT		6
 #define ARG_NOT_BEFORE		7
 
+/* One event as outbox_emit() assembles it from its arguments. */
+typedef struct EmitEvent
+{
+	char	   *type;
+	char	   *aggregate_id;	/* NULL: none */
+	char	   *aggregate_type; /* NULL: none */
+	Datum		payload;
+	char	   *destination;	/* NULL: matched no route */
+	char	   *traceparent;	/* NULL: none */
+	TimestampTz now;
+	TimestampTz next_attempt_at;
+	bool		ordered;		/* ordered per aggregate (ordering.c) */
+} EmitEvent;
+
+static char *emit_text_arg(FunctionCallInfo fcinfo, int argno);
+static void emit_check_identity(FunctionCallInfo fcinfo, EmitEvent *ev);
+static void emit_choose_destination(FunctionCallInfo fcinfo, EmitEvent *ev);
+static void emit_trace_context(FunctionCallInfo fcinfo, EmitEvent *ev);
+static void emit_delivery_time(FunctionCallInfo fcinfo, EmitEvent *ev);
+static void emit_generate_uuid_v7(unsigned char *out);
+static void emit_build_row(FunctionCallInfo fcinfo, const EmitEvent *ev,
+						   pg_uuid_t *id, Datum *values, bool *nulls);
+static void emit_insert(Oid relid, int ncols, Datum *values, bool *nulls);
+
 static int64 uuid_last_ms = 0;
 static int	uuid_last_sub = 0;
 
-void
-OutboxGenerateUuidV7(unsigned char *out)
+/*
+ * outbox.emit(type, aggregate_id, payload, aggregate_type, destination,
+ *			   headers, traceparent, not_before) returns uuid
+ */
+Datum
+outbox_emit(PG_FUNCTION_ARGS)
 {
-	TimestampTz now = GetCurrentTimestamp();
-	int64		unix_us;
+	const OutboxConfig *cfg;
+	EmitEvent	ev;
+	pg_uuid_t  *id;
+	Datum		values[EV_NATTS];
+	bool		nulls[EV_NATTS];
+
+	if (XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot emit an event in a read-only transaction")));
+
+	memset(&ev, 0, sizeof(ev));
+	emit_check_identity(fcinfo, &ev);
+	ev.payload = OutboxPayloadArg(fcinfo, ARG_PAYLOAD, true);
+	cfg = OutboxGetConfig();
+	emit_choose_destination(fcinfo, &ev);
+	if (!PG_ARGISNULL(ARG_HEADERS))
+		OutboxCheckHeaders(PG_GETARG_DATUM(ARG_HEADERS));
+	emit_trace_context(fcinfo, &ev);
+	emit_delivery_time(fcinfo, &ev);
+
+	/*
+	 * Ordered destination: wait for earlier uncommitted emits of the same
+	 * aggregate, so that commit order is emit order (see ordering.c).  The
+	 * id, which orders the aggregate, is generated after the wait.
+	 */
+	ev.ordered = (ev.destination && ev.aggregate_id &&
+				  OutboxDestinationIsOrdered(ev.destination));
+	if (ev.ordered)
+		OutboxLockAggregate(ev.destination, ev.aggregate_id);
+
+	id = palloc(sizeof(pg_uuid_t));
+	emit_generate_uuid_v7(id->data);
+
+	emit_build_row(fcinfo, &ev, id, values, nulls);
+	emit_insert(cfg->events_relid, cfg->events_natts, values, nulls);
+	OutboxWakeAtCommit();
+
+	PG_RETURN_UUID_P(id);
+}
+
+static char *
+emit_text_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
+/* The event type (required) and the aggregate's id and type (optional). */
+static void
+emit_check_identity(FunctionCallInfo fcinfo, EmitEvent *ev)
+{
+	if (PG_ARGISNULL(ARG_TYPE))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("event type must not be null")));
+	ev->type = emit_text_arg(fcinfo, ARG_TYPE);
+	OutboxCheckIdentifier("event type", ev->type, OUTBOX_MAX_TYPE_LEN);
+
+	ev->aggregate_id = emit_text_arg(fcinfo, ARG_AGGREGATE_ID);
+	if (ev->aggregate_id)
+		OutboxCheckIdentifier("aggregate id", ev->aggregate_id,
+							  OUTBOX_MAX_ID_LEN);
+	ev->aggregate_type = emit_text_arg(fcinfo, ARG_AGGREGATE_TYPE);
+	if (ev->aggregate_type)
+		OutboxCheckIdentifier("aggregate type", ev->aggregate_type,
+							  OUTBOX_MAX_TYPE_LEN);
+}
+
+/*
+ * The payload argument of outbox.emit() (event) or inbox.receive(): not
+ * null, and its size, checked without detoasting, within
+ * outbox.max_payload_size.
+ */
+Datum
+OutboxPayloadArg(FunctionCallInfo fcinfo, int argno, bool event)
+{
+	Datum		payload;
+	Size		payload_size;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 event ? errmsg("event payload must not be null") :
+				 errmsg("message payload must not be null"),
+				 event ? errhint("Use '{}'::jsonb or 'null'::jsonb for an event without data.") :
+				 errhint("Use '{}'::jsonb or 'null'::jsonb for a message without data.")));
+	payload = PG_GETARG_DATUM(argno);
+	payload_size = toast_raw_datum_size(payload) - VARHDRSZ;
+	if (payload_size > (Size) outbox_max_payload_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 event ? errmsg("event payload is too large") :
+				 errmsg("message payload is too large"),
+				 errdetail("The payload has %zu bytes; outbox.max_payload_size is %d bytes.",
+						   payload_size, outbox_max_payload_size),
+				 event ? errhint("Store large documents elsewhere and emit a reference to them.") : 0));
+	return payload;
+}
+
+/* The destination: named explicitly (it must exist), or routed by type. */
+static void
+emit_choose_destination(FunctionCallInfo fcinfo, EmitEvent *ev)
+{
+	const char *routed;
+
+	ev->destination = emit_text_arg(fcinfo, ARG_DESTINATION);
+	if (ev->destination)
+	{
+		OutboxCheckIdentifier("destination name", ev->destination,
+							  OUTBOX_MAX_NAME_LEN);
+		if (!OutboxDestinationExists(ev->destination))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("destination \"%s\" does not exist", ev->destination),
+					 errhint("Create it in outbox.destinations first, or omit the destination to route by event type.")));
+		return;
+	}
+	routed = OutboxRouteEventType(ev->type);
+	ev->destination = routed ? pstrdup(routed) : NULL;
+}
+
+/* The trace context: the argument, else the session/transaction setting. */
+static void
+emit_trace_context(FunctionCallInfo fcinfo, EmitEvent *ev)
+{
+	ev->traceparent = emit_text_arg(fcinfo, ARG_TRACEPARENT);
+	if (ev->traceparent)
+	{
+		if (!OutboxTraceparentIsValid(ev->traceparent))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid traceparent \"%s\"", ev->traceparent),
+					 errdetail("A traceparent has the form \"00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>\" in lower case, with non-zero ids.")));
+	}
+	else if (outbox_traceparent && outbox_traceparent[0] != '\0')
+		ev->traceparent = outbox_traceparent;
+}
+
+/* The first delivery: now, or not_before if that is later. */
+static void
+emit_delivery_time(FunctionCallInfo fcinfo, EmitEvent *ev)
+{
+	ev->now = GetCurrentTransactionStartTimestamp();
+	ev->next_attempt_at = ev->now;
+	if (!PG_ARGISNULL(ARG_NOT_BEFORE))
+	{
+		TimestampTz not_before = PG_GETARG_TIMESTAMPTZ(ARG_NOT_BEFORE);
+
+		if (TIMESTAMP_NOT_FINITE(not_before))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("not_before must be a finite timestamp")));
+		if (not_before > ev->now)
+			ev->next_attempt_at = not_before;
+	}
+}
+
+static void
+emit_generate_uuid_v7(unsigned char *out)
+{
+	int64		unix_us = OutboxUnixMicros(GetCurrentTimestamp());
 	int64		ms;
 	int			sub;
 
-	unix_us = now + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
 	ms = unix_us / 1000;
 	sub = (int) ((unix_us % 1000) * 4096 / 1000);
 
@@ -96,19 +285,40 @@ OutboxGenerateUuidV7(unsigned char *out)
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not generate random values")));
 
-	for (int i = 0; i < 6; i++)
-		out[i] = (unsigned char) (ms >> (40 - 8 * i));
+	OutboxUuidV7SetTime(out, ms);
 	out[6] = 0x70 | ((sub >> 8) & 0x0f);
 	out[7] = sub & 0xff;
 	out[8] = (out[8] & 0x3f) | 0x80;
 }
 
-static char *
-emit_text_arg(FunctionCallInfo fcinfo, int argno)
+/* The row of outbox.events, by EV_* column; absent values are NULL. */
+static void
+emit_build_row(FunctionCallInfo fcinfo, const EmitEvent *ev, pg_uuid_t *id,
+			   Datum *values, bool *nulls)
 {
-	if (PG_ARGISNULL(argno))
-		return NULL;
-	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	memset(nulls, true, EV_NATTS * sizeof(bool));
+#define SET_COL(col, datum) \
+	do { values[(col) - 1] = (datum); nulls[(col) - 1] = false; } while (0)
+	SET_COL(EV_ID, UUIDPGetDatum(id));
+	SET_COL(EV_TYPE, PG_GETARG_DATUM(ARG_TYPE));
+	if (ev->aggregate_type)
+		SET_COL(EV_AGGREGATE_TYPE, PG_GETARG_DATUM(ARG_AGGREGATE_TYPE));
+	if (ev->aggregate_id)
+		SET_COL(EV_AGGREGATE_ID, PG_GETARG_DATUM(ARG_AGGREGATE_ID));
+	SET_COL(EV_PAYLOAD, ev->payload);
+	if (!PG_ARGISNULL(ARG_HEADERS))
+		SET_COL(EV_HEADERS, PG_GETARG_DATUM(ARG_HEADERS));
+	if (ev->traceparent)
+		SET_COL(EV_TRACEPARENT, CStringGetTextDatum(ev->traceparent));
+	if (ev->destination)
+		SET_COL(EV_DESTINATION, CStringGetTextDatum(ev->destination));
+	SET_COL(EV_STATUS, CStringGetTextDatum("pending"));
+	SET_COL(EV_ATTEMPTS, Int32GetDatum(0));
+	SET_COL(EV_NEXT_ATTEMPT_AT, TimestampTzGetDatum(ev->next_attempt_at));
+	SET_COL(EV_CREATED_AT, TimestampTzGetDatum(ev->now));
+	if (ev->ordered)
+		SET_COL(EV_ORDERING_KEY, PG_GETARG_DATUM(ARG_AGGREGATE_ID));
+#undef SET_COL
 }
 
 /*
@@ -125,7 +335,7 @@ emit_insert(Oid relid, int ncols, Datum *values, bool *nulls)
 	/*
 	 * Columns added by a later version than this library stay NULL; columns
 	 * this library knows but the table does not have yet (upgrade pending,
-	 * see upgrade.c) are left out.
+	 * see worker/version.c) are left out.
 	 */
 	for (int i = 0; i < ncols && i < slot->tts_tupleDescriptor->natts; i++)
 	{
@@ -141,159 +351,4 @@ emit_insert(Oid relid, int ncols, Datum *values, bool *nulls)
 		AfterTriggerEndQuery(st.estate);
 
 	OutboxEndInsert(&st);
-}
-
-/*
- * outbox.emit(type, aggregate_id, payload, aggregate_type, destination,
- *			   headers, traceparent, not_before) returns uuid
- */
-Datum
-outbox_emit(PG_FUNCTION_ARGS)
-{
-	const OutboxConfig *cfg;
-	char	   *type;
-	char	   *aggregate_id;
-	char	   *aggregate_type;
-	char	   *destination;
-	char	   *traceparent;
-	Datum		payload;
-	Size		payload_size;
-	TimestampTz now;
-	TimestampTz next_attempt_at;
-	pg_uuid_t  *id;
-	bool		ordered;
-	Datum		values[EV_NATTS];
-	bool		nulls[EV_NATTS];
-
-	if (XactReadOnly)
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot emit an event in a read-only transaction")));
-
-	/* type */
-	if (PG_ARGISNULL(ARG_TYPE))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("event type must not be null")));
-	type = emit_text_arg(fcinfo, ARG_TYPE);
-	OutboxCheckIdentifier("event type", type, OUTBOX_MAX_TYPE_LEN);
-
-	/* aggregate */
-	aggregate_id = emit_text_arg(fcinfo, ARG_AGGREGATE_ID);
-	if (aggregate_id)
-		OutboxCheckIdentifier("aggregate id", aggregate_id, OUTBOX_MAX_ID_LEN);
-	aggregate_type = emit_text_arg(fcinfo, ARG_AGGREGATE_TYPE);
-	if (aggregate_type)
-		OutboxCheckIdentifier("aggregate type", aggregate_type,
-							  OUTBOX_MAX_TYPE_LEN);
-
-	/* payload: size checked without detoasting */
-	if (PG_ARGISNULL(ARG_PAYLOAD))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("event payload must not be null"),
-				 errhint("Use '{}'::jsonb or 'null'::jsonb for an event without data.")));
-	payload = PG_GETARG_DATUM(ARG_PAYLOAD);
-	payload_size = toast_raw_datum_size(payload) - VARHDRSZ;
-	if (payload_size > (Size) outbox_max_payload_size)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("event payload is too large"),
-				 errdetail("The payload has %zu bytes; outbox.max_payload_size is %d bytes.",
-						   payload_size, outbox_max_payload_size),
-				 errhint("Store large documents elsewhere and emit a reference to them.")));
-
-	/* destination: named explicitly, or routed by type */
-	destination = emit_text_arg(fcinfo, ARG_DESTINATION);
-	cfg = OutboxGetConfig();
-	if (destination)
-	{
-		OutboxCheckIdentifier("destination name", destination,
-							  OUTBOX_MAX_NAME_LEN);
-		if (!OutboxDestinationExists(destination))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("destination \"%s\" does not exist", destination),
-					 errhint("Create it in outbox.destinations first, or omit the destination to route by event type.")));
-	}
-	else
-	{
-		const char *routed = OutboxRouteEventType(type);
-
-		destination = routed ? pstrdup(routed) : NULL;
-	}
-
-	/* headers */
-	if (!PG_ARGISNULL(ARG_HEADERS))
-		OutboxCheckHeaders(PG_GETARG_DATUM(ARG_HEADERS));
-
-	/* trace context: argument, else the session/transaction setting */
-	traceparent = emit_text_arg(fcinfo, ARG_TRACEPARENT);
-	if (traceparent)
-	{
-		if (!OutboxTraceparentIsValid(traceparent))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid traceparent \"%s\"", traceparent),
-					 errdetail("A traceparent has the form \"00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>\" in lower case, with non-zero ids.")));
-	}
-	else if (outbox_traceparent && outbox_traceparent[0] != '\0')
-		traceparent = outbox_traceparent;
-
-	/* delivery time */
-	now = GetCurrentTransactionStartTimestamp();
-	next_attempt_at = now;
-	if (!PG_ARGISNULL(ARG_NOT_BEFORE))
-	{
-		TimestampTz not_before = PG_GETARG_TIMESTAMPTZ(ARG_NOT_BEFORE);
-
-		if (TIMESTAMP_NOT_FINITE(not_before))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("not_before must be a finite timestamp")));
-		if (not_before > now)
-			next_attempt_at = not_before;
-	}
-
-	/*
-	 * Ordered destination: wait for earlier uncommitted emits of the same
-	 * aggregate, so that commit order is emit order (see ordering.c).  The
-	 * id, which orders the aggregate, is generated after the wait.
-	 */
-	ordered = (destination && aggregate_id &&
-			   OutboxDestinationIsOrdered(destination));
-	if (ordered)
-		OutboxLockAggregate(destination, aggregate_id);
-
-	id = palloc(sizeof(pg_uuid_t));
-	OutboxGenerateUuidV7(id->data);
-
-	memset(nulls, true, sizeof(nulls));
-#define SET_COL(col, datum) \
-	do { values[(col) - 1] = (datum); nulls[(col) - 1] = false; } while (0)
-	SET_COL(EV_ID, UUIDPGetDatum(id));
-	SET_COL(EV_TYPE, PG_GETARG_DATUM(ARG_TYPE));
-	if (aggregate_type)
-		SET_COL(EV_AGGREGATE_TYPE, PG_GETARG_DATUM(ARG_AGGREGATE_TYPE));
-	if (aggregate_id)
-		SET_COL(EV_AGGREGATE_ID, PG_GETARG_DATUM(ARG_AGGREGATE_ID));
-	SET_COL(EV_PAYLOAD, payload);
-	if (!PG_ARGISNULL(ARG_HEADERS))
-		SET_COL(EV_HEADERS, PG_GETARG_DATUM(ARG_HEADERS));
-	if (traceparent)
-		SET_COL(EV_TRACEPARENT, CStringGetTextDatum(traceparent));
-	if (destination)
-		SET_COL(EV_DESTINATION, CStringGetTextDatum(destination));
-	SET_COL(EV_STATUS, CStringGetTextDatum("pending"));
-	SET_COL(EV_ATTEMPTS, Int32GetDatum(0));
-	SET_COL(EV_NEXT_ATTEMPT_AT, TimestampTzGetDatum(next_attempt_at));
-	SET_COL(EV_CREATED_AT, TimestampTzGetDatum(now));
-	if (ordered)
-		SET_COL(EV_ORDERING_KEY, PG_GETARG_DATUM(ARG_AGGREGATE_ID));
-#undef SET_COL
-
-	emit_insert(cfg->events_relid, cfg->events_natts, values, nulls);
-	OutboxWakeAtCommit();
-
-	PG_RETURN_UUID_P(id);
 }

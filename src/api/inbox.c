@@ -6,8 +6,8 @@
  *
  * claim() remembers a message id; receive() stores the whole message in
  * inbox.messages for the worker to run through its handler (see
- * inbox_worker.c).  Both insert one row keyed by the message id the same
- * way, described here for claims.
+ * worker/inbox_process.c).  Both insert one row keyed by the message id
+ * the same way, described here for claims.
  *
  * A claim is one row in inbox.claims keyed by (consumer, message_id),
  * inserted with ON CONFLICT DO NOTHING in the caller's transaction:
@@ -40,12 +40,12 @@
  * redelivery of its message, or a late duplicate is processed twice.
  * Claim retentions shorter than outbox.redelivery_window are refused; the
  * worker keeps processed messages at least that long whatever
- * outbox.inbox_retention says (inbox_worker.c).
+ * outbox.inbox_retention says (worker/inbox_process.c).
  *
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/inbox.c
+ *		  src/api/inbox.c
  *
  *-------------------------------------------------------------------------
  */
@@ -81,6 +81,16 @@ PG_FUNCTION_INFO_V1(inbox_pattern_matches);
 
 /* columns of inbox.claims */
 #define CLAIM_NATTS		4
+
+static void claim_check_visible(EState *estate, Relation rel, ItemPointer tid);
+static bool inbox_insert_unless_exists(Oid relid, const char *table, int natts,
+									   Datum *values, bool *nulls);
+static char *inbox_text_arg(FunctionCallInfo fcinfo, int argno,
+							const char *what, int maxlen);
+static void inbox_check_message_id(FunctionCallInfo fcinfo);
+static double interval_seconds(const Interval *span);
+static char *seconds_to_text(int64 secs);
+static Oid	inbox_relid(Oid relid, const char *name);
 
 /*
  * Under a transaction snapshot, a conflicting claim this transaction cannot
@@ -172,6 +182,31 @@ inbox_insert_unless_exists(Oid relid, const char *table, int natts,
 	return inserted;
 }
 
+/* An optional text argument, validated; NULL when absent. */
+static char *
+inbox_text_arg(FunctionCallInfo fcinfo, int argno, const char *what,
+				 int maxlen)
+{
+	char	   *value;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	value = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	OutboxCheckIdentifier(what, value, maxlen);
+	return value;
+}
+
+/* The message id, argument 0 of claim() and receive(): required. */
+static void
+inbox_check_message_id(FunctionCallInfo fcinfo)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("message id must not be null")));
+	(void) inbox_text_arg(fcinfo, 0, "message id", OUTBOX_MAX_ID_LEN);
+}
+
 /* Seconds spanned by an interval, months counted as 30 days. */
 static double
 interval_seconds(const Interval *span)
@@ -197,8 +232,6 @@ seconds_to_text(int64 secs)
 Datum
 inbox_claim(PG_FUNCTION_ARGS)
 {
-	char	   *message_id;
-	char	   *consumer;
 	TimestampTz now;
 	TimestampTz expires_at;
 	double		ttl_secs;
@@ -210,20 +243,14 @@ inbox_claim(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot claim a message in a read-only transaction")));
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("message id must not be null")));
-	message_id = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	OutboxCheckIdentifier("message id", message_id, OUTBOX_MAX_ID_LEN);
+	inbox_check_message_id(fcinfo);
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("consumer must not be null"),
 				 errhint("Omit the argument to use the consumer \"default\".")));
-	consumer = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	OutboxCheckIdentifier("consumer", consumer, OUTBOX_MAX_NAME_LEN);
+	(void) inbox_text_arg(fcinfo, 1, "consumer", OUTBOX_MAX_NAME_LEN);
 
 	now = GetCurrentTransactionStartTimestamp();
 	if (PG_ARGISNULL(2))
@@ -267,36 +294,18 @@ inbox_claim(PG_FUNCTION_ARGS)
 }
 
 /*
- * The OID of a relation of the inbox schema, or an error saying the
- * extension needs its upgrade.  Looked up on every call (two syscache
- * probes): a cached OID would go stale across DROP/CREATE EXTENSION.
+ * The OID of inbox.messages or its sequence, cached with the other tables
+ * (routing.c), or an error saying the extension needs its update.
  */
 static Oid
-inbox_relid(const char *name)
+inbox_relid(Oid relid, const char *name)
 {
-	Oid			nspid = get_namespace_oid(INBOX_SCHEMA, true);
-	Oid			relid = OidIsValid(nspid) ? get_relname_relid(name, nspid) : InvalidOid;
-
 	if (!OidIsValid(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("relation \"%s.%s\" does not exist", INBOX_SCHEMA, name),
 				 errhint("Run ALTER EXTENSION outbox_pg UPDATE to install the full inbox.")));
 	return relid;
-}
-
-/* An optional text argument, validated; NULL when absent. */
-static char *
-receive_text_arg(FunctionCallInfo fcinfo, int argno, const char *what,
-				 int maxlen)
-{
-	char	   *value;
-
-	if (PG_ARGISNULL(argno))
-		return NULL;
-	value = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	OutboxCheckIdentifier(what, value, maxlen);
-	return value;
 }
 
 /*
@@ -311,10 +320,10 @@ receive_text_arg(FunctionCallInfo fcinfo, int argno, const char *what,
 Datum
 inbox_receive(PG_FUNCTION_ARGS)
 {
+	const OutboxConfig *cfg;
 	Datum		values[IM_NATTS];
 	bool		nulls[IM_NATTS];
 	Datum		payload;
-	Size		payload_size;
 	TimestampTz now;
 	bool		received;
 
@@ -322,30 +331,14 @@ inbox_receive(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot receive a message in a read-only transaction")));
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("message id must not be null")));
-	(void) receive_text_arg(fcinfo, 0, "message id", OUTBOX_MAX_ID_LEN);
+	inbox_check_message_id(fcinfo);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("message type must not be null")));
-	(void) receive_text_arg(fcinfo, 1, "message type", OUTBOX_MAX_TYPE_LEN);
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("message payload must not be null"),
-				 errhint("Use '{}'::jsonb or 'null'::jsonb for a message without data.")));
-	payload = PG_GETARG_DATUM(2);
-	payload_size = toast_raw_datum_size(payload) - VARHDRSZ;
-	if (payload_size > (Size) outbox_max_payload_size)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("message payload is too large"),
-				 errdetail("The payload has %zu bytes; outbox.max_payload_size is %d bytes.",
-						   payload_size, outbox_max_payload_size)));
-	(void) receive_text_arg(fcinfo, 3, "aggregate id", OUTBOX_MAX_ID_LEN);
+	(void) inbox_text_arg(fcinfo, 1, "message type", OUTBOX_MAX_TYPE_LEN);
+	payload = OutboxPayloadArg(fcinfo, 2, false);
+	(void) inbox_text_arg(fcinfo, 3, "aggregate id", OUTBOX_MAX_ID_LEN);
 
 	/*
 	 * Headers are what the broker carried, kept for the handler: any JSON
@@ -355,7 +348,7 @@ inbox_receive(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("message headers must be a JSON object")));
-	(void) receive_text_arg(fcinfo, 5, "message source", OUTBOX_MAX_TYPE_LEN);
+	(void) inbox_text_arg(fcinfo, 5, "message source", OUTBOX_MAX_TYPE_LEN);
 
 	now = GetCurrentTransactionStartTimestamp();
 	memset(nulls, true, sizeof(nulls));
@@ -380,11 +373,14 @@ inbox_receive(PG_FUNCTION_ARGS)
 	 * before the duplicate check, so a duplicate leaves a gap in it: gaps are
 	 * harmless, only the order matters.
 	 */
-	SET_COL(IM_SEQ, Int64GetDatum(nextval_internal(inbox_relid(INBOX_MESSAGES_SEQ),
+	cfg = OutboxGetConfig();
+	SET_COL(IM_SEQ, Int64GetDatum(nextval_internal(inbox_relid(cfg->messages_seq_relid,
+															   INBOX_MESSAGES_SEQ),
 												   false)));
 #undef SET_COL
 
-	received = inbox_insert_unless_exists(inbox_relid(INBOX_MESSAGES_TABLE),
+	received = inbox_insert_unless_exists(inbox_relid(cfg->messages_relid,
+													  INBOX_MESSAGES_TABLE),
 										  INBOX_MESSAGES_TABLE, IM_NATTS,
 										  values, nulls);
 	if (received)

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * config.c
+ * routing.c
  *		  Per-backend cache of the outbox tables and the routing configuration.
  *
  * outbox.emit() must cost about as much as a plain INSERT, so it cannot
@@ -28,7 +28,7 @@
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/config.c
+ *		  src/api/routing.c
  *
  *-------------------------------------------------------------------------
  */
@@ -52,6 +52,7 @@
 #include "utils/syscache.h"
 
 #include "outbox_pg.h"
+#include "util.h"
 #include "api/api.h"
 
 typedef struct OutboxRoute
@@ -95,6 +96,21 @@ static int	ndestinations = 0;
 static char **ordered_names = NULL;
 static int	nordered = 0;
 
+static void config_invalidate_callback(Datum arg, Oid relid);
+static Oid	config_relid(Oid nspid, const char *relname);
+static bool config_has_live_column(Oid relid, AttrNumber attnum);
+static AttrNumber config_attnum(Relation rel, const char *attname);
+static int	route_compare(const void *a, const void *b);
+static int	name_compare(const void *a, const void *b);
+static bool config_option_is(Datum options, bool isnull, const char *key,
+							 const char *value);
+static void config_load(void);
+static void config_reset(void);
+static void config_find_tables(void);
+static void config_check_event_columns(void);
+static void config_load_destinations(Snapshot snapshot);
+static void config_load_routes(Snapshot snapshot);
+
 PG_FUNCTION_INFO_V1(outbox_config_changed);
 PG_FUNCTION_INFO_V1(outbox_route);
 
@@ -105,7 +121,9 @@ config_invalidate_callback(Datum arg, Oid relid)
 		relid == config.events_relid ||
 		relid == config.destinations_relid ||
 		relid == config.routes_relid ||
-		relid == config.claims_relid)
+		relid == config.claims_relid ||
+		relid == config.messages_relid ||
+		relid == config.messages_seq_relid)
 	{
 		config_valid = false;
 		config_generation++;
@@ -189,19 +207,11 @@ name_compare(const void *a, const void *b)
 static bool
 config_option_is(Datum options, bool isnull, const char *key, const char *value)
 {
-	Jsonb	   *jb;
-	JsonbValue	k;
 	JsonbValue *v;
 
 	if (isnull)
 		return false;
-	jb = DatumGetJsonbP(options);
-	if (!JB_ROOT_IS_OBJECT(jb))
-		return false;
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	v = findJsonbValueFromContainer(&jb->root, JB_FOBJECT, &k);
+	v = OutboxJsonbGet(&DatumGetJsonbP(options)->root, key);
 	return v != NULL && v->type == jbvString &&
 		v->val.string.len == strlen(value) &&
 		memcmp(v->val.string.val, value, v->val.string.len) == 0;
@@ -217,19 +227,25 @@ static void
 config_load(void)
 {
 	uint64		generation = config_generation;
-	Oid			nspid;
-	Relation	rel;
-	TableScanDesc scan;
-	TupleTableSlot *slot;
 	Snapshot	snapshot;
-	MemoryContext oldcxt;
-	int			allocated;
-	AttrNumber	att_name,
-				att_options,
-				att_pattern,
-				att_destination,
-				att_priority;
 
+	config_reset();
+	config_find_tables();
+	config_check_event_columns();
+
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	config_load_destinations(snapshot);
+	config_load_routes(snapshot);
+	UnregisterSnapshot(snapshot);
+
+	/* an invalidation that arrived while we were reading wins */
+	config_valid = (generation == config_generation);
+}
+
+/* Forget the cached configuration; config_context is emptied. */
+static void
+config_reset(void)
+{
 	if (config_context == NULL)
 		config_context = AllocSetContextCreate(TopMemoryContext,
 											   "outbox_pg configuration",
@@ -242,6 +258,18 @@ config_load(void)
 	ordered_names = NULL;
 	nordered = 0;
 	memset(&config, 0, sizeof(config));
+}
+
+/*
+ * The OIDs of the extension's tables.  inbox.messages and its sequence
+ * came with 0.2.0 and may be missing (InvalidOid) until the extension is
+ * updated; the update alters outbox.events, whose invalidation makes every
+ * backend look again.
+ */
+static void
+config_find_tables(void)
+{
+	Oid			nspid;
 
 	nspid = get_namespace_oid(OUTBOX_SCHEMA, true);
 	if (!OidIsValid(nspid))
@@ -253,21 +281,29 @@ config_load(void)
 	config.destinations_relid = config_relid(nspid, OUTBOX_DESTINATIONS_TABLE);
 	config.routes_relid = config_relid(nspid, OUTBOX_ROUTES_TABLE);
 	nspid = get_namespace_oid(INBOX_SCHEMA, true);
-	config.claims_relid = OidIsValid(nspid) ?
-		get_relname_relid(INBOX_CLAIMS_TABLE, nspid) : InvalidOid;
+	if (OidIsValid(nspid))
+	{
+		config.claims_relid = get_relname_relid(INBOX_CLAIMS_TABLE, nspid);
+		config.messages_relid = get_relname_relid(INBOX_MESSAGES_TABLE, nspid);
+		config.messages_seq_relid = get_relname_relid(INBOX_MESSAGES_SEQ, nspid);
+	}
 	if (!OidIsValid(config.claims_relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table \"%s.%s\" does not exist", INBOX_SCHEMA, INBOX_CLAIMS_TABLE),
 				 errhint("Run CREATE EXTENSION outbox_pg in this database.")));
+}
 
-	/*
-	 * The columns must match the EV_* enum by position.  Between a library
-	 * upgrade and ALTER EXTENSION UPDATE the table may lack columns that
-	 * later versions appended; it is then a prefix of the enum, and emit()
-	 * writes only the columns it has (see upgrade.c).  The columns of 0.1.0
-	 * are always there.
-	 */
+/*
+ * The columns must match the EV_* enum by position.  Between a library
+ * upgrade and ALTER EXTENSION UPDATE the table may lack columns that
+ * later versions appended; it is then a prefix of the enum, and emit()
+ * writes only the columns it has (see worker/version.c).  The columns of
+ * 0.1.0 are always there.
+ */
+static void
+config_check_event_columns(void)
+{
 	for (int i = 1; i <= EV_NATTS; i++)
 	{
 		AttrNumber	attnum = get_attnum(config.events_relid,
@@ -286,16 +322,24 @@ config_load(void)
 							   i, OutboxEventColumnNames[i]),
 					 errhint("The outbox_pg library and its SQL objects do not match; run ALTER EXTENSION outbox_pg UPDATE.")));
 	}
+}
 
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
+/* destinations: sorted names, for bsearch, and the ordered ones apart */
+static void
+config_load_destinations(Snapshot snapshot)
+{
+	Relation	rel;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	AttrNumber	att_name,
+				att_options;
+	int			allocated = 16;
 
-	/* destinations: sorted names, for bsearch */
 	rel = table_open(config.destinations_relid, AccessShareLock);
 	att_name = config_attnum(rel, "name");
 	att_options = config_attnum(rel, "options");
 	slot = table_slot_create(rel, NULL);
 	scan = table_beginscan(rel, snapshot, 0, NULL);
-	allocated = 16;
 	destination_names = MemoryContextAlloc(config_context,
 										   allocated * sizeof(char *));
 	ordered_names = MemoryContextAlloc(config_context,
@@ -304,6 +348,7 @@ config_load(void)
 	{
 		bool		isnull;
 		Datum		d = slot_getattr(slot, att_name, &isnull);
+		MemoryContext oldcxt;
 
 		if (isnull)
 			continue;
@@ -327,15 +372,26 @@ config_load(void)
 	table_close(rel, AccessShareLock);
 	qsort(destination_names, ndestinations, sizeof(char *), name_compare);
 	qsort(ordered_names, nordered, sizeof(char *), name_compare);
+}
 
-	/* routes: in match order */
+/* routes: in match order */
+static void
+config_load_routes(Snapshot snapshot)
+{
+	Relation	rel;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	AttrNumber	att_pattern,
+				att_destination,
+				att_priority;
+	int			allocated = 16;
+
 	rel = table_open(config.routes_relid, AccessShareLock);
 	att_pattern = config_attnum(rel, "pattern");
 	att_destination = config_attnum(rel, "destination");
 	att_priority = config_attnum(rel, "priority");
 	slot = table_slot_create(rel, NULL);
 	scan = table_beginscan(rel, snapshot, 0, NULL);
-	allocated = 16;
 	routes = MemoryContextAlloc(config_context,
 								allocated * sizeof(OutboxRoute));
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
@@ -346,6 +402,7 @@ config_load(void)
 		Datum		pattern = slot_getattr(slot, att_pattern, &null1);
 		Datum		dest = slot_getattr(slot, att_destination, &null2);
 		Datum		prio = slot_getattr(slot, att_priority, &null3);
+		MemoryContext oldcxt;
 
 		if (null1 || null2)
 			continue;
@@ -365,11 +422,6 @@ config_load(void)
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(rel, AccessShareLock);
 	qsort(routes, nroutes, sizeof(OutboxRoute), route_compare);
-
-	UnregisterSnapshot(snapshot);
-
-	/* an invalidation that arrived while we were reading wins */
-	config_valid = (generation == config_generation);
 }
 
 const OutboxConfig *

@@ -38,7 +38,7 @@
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/egress.c
+ *		  src/destination/egress.c
  *
  *-------------------------------------------------------------------------
  */
@@ -80,6 +80,16 @@ struct EgressList
 	EgressEntry entries[FLEXIBLE_ARRAY_MEMBER];
 };
 
+/* The host of a URL being checked (EgressCheckUrl). */
+typedef struct EgressUrlHost
+{
+	char		raw[300];		/* as libcurl parsed it, for messages */
+	char		host[300];		/* canonical: an address, or a name */
+	int			port;			/* the URL's port, or its scheme's default */
+	int			family;			/* AF_INET or AF_INET6 if an address, else 0 */
+	unsigned char addr[16];
+} EgressUrlHost;
+
 /* Link-local and cloud metadata addresses, refused unless listed. */
 typedef struct EgressBlock
 {
@@ -98,6 +108,40 @@ static const EgressBlock sensitive_blocks[] = {
 	/* AWS's IPv6 metadata service, fd00:ec2::254 */
 	{AF_INET6, {0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54}, 128},
 };
+
+static bool egress_prefix_match(const unsigned char *a, const unsigned char *b,
+								int bits);
+static bool egress_parse_ipv4(const char *s, unsigned char *out);
+static void egress_set_ipv6(const unsigned char *in6, int *family,
+							unsigned char *out);
+static bool egress_parse_ipv6(const char *s, int *family, unsigned char *out);
+static bool egress_canonical_name(char *name);
+static bool egress_parse_port(const char *s, int *port);
+static bool egress_entry_invalid(const char *orig, char *errbuf, size_t errlen);
+static bool egress_entry_bad_port(const char *orig, char *errbuf, size_t errlen);
+static bool egress_parse_entry(char *s, EgressEntry *e, char *errbuf,
+							   size_t errlen);
+static bool egress_parse_cidr(char *s, EgressEntry *e, const char *orig,
+							  char *errbuf, size_t errlen);
+static bool egress_parse_bracketed(char *s, EgressEntry *e, const char *orig,
+								   char *errbuf, size_t errlen);
+static bool egress_parse_ipv6_entry(const char *addr, EgressEntry *e,
+									const char *orig, char *errbuf,
+									size_t errlen);
+static bool egress_parse_host_entry(char *s, EgressEntry *e, const char *orig,
+									char *errbuf, size_t errlen);
+static bool egress_address_listed(const EgressList *list, int family,
+								  const unsigned char *addr, int port);
+static bool egress_sensitive(int family, const unsigned char *addr);
+static bool egress_url_host(const char *url, EgressUrlHost *h, char *errbuf,
+							size_t errlen);
+static bool egress_canonical_host(const EgressList *list, EgressUrlHost *h,
+								  char *errbuf, size_t errlen);
+static bool egress_host_listed(const EgressList *list, const EgressUrlHost *h,
+							   bool *by_name, bool *port_mismatch);
+static bool egress_address_refused(int family, const unsigned char *addr,
+								   char *errbuf, size_t errlen);
+static int	egress_url_port(const char *url);
 
 static const unsigned char v4mapped_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 static const unsigned char nat64_prefix[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -144,7 +188,23 @@ egress_parse_ipv4(const char *s, unsigned char *out)
 	return true;
 }
 
-/* An IPv6 address; IPv4-mapped ones come back as IPv4. */
+/* A 16-byte IPv6 address; IPv4-mapped ones come back as IPv4. */
+static void
+egress_set_ipv6(const unsigned char *in6, int *family, unsigned char *out)
+{
+	if (memcmp(in6, v4mapped_prefix, 12) == 0)
+	{
+		*family = AF_INET;
+		memcpy(out, in6 + 12, 4);
+	}
+	else
+	{
+		*family = AF_INET6;
+		memcpy(out, in6, 16);
+	}
+}
+
+/* An IPv6 address in text; IPv4-mapped ones come back as IPv4. */
 static bool
 egress_parse_ipv6(const char *s, int *family, unsigned char *out)
 {
@@ -152,16 +212,7 @@ egress_parse_ipv6(const char *s, int *family, unsigned char *out)
 
 	if (inet_pton(AF_INET6, s, &in6) != 1)
 		return false;
-	if (memcmp(in6.s6_addr, v4mapped_prefix, 12) == 0)
-	{
-		*family = AF_INET;
-		memcpy(out, in6.s6_addr + 12, 4);
-	}
-	else
-	{
-		*family = AF_INET6;
-		memcpy(out, in6.s6_addr, 16);
-	}
+	egress_set_ipv6(in6.s6_addr, family, out);
 	return true;
 }
 
@@ -212,11 +263,25 @@ egress_parse_port(const char *s, int *port)
 	return true;
 }
 
+/* The reasons an entry is refused, shared by the parsers below. */
+static bool
+egress_entry_invalid(const char *orig, char *errbuf, size_t errlen)
+{
+	snprintf(errbuf, errlen, "Entry \"%s\" is not a host name, an IP address or a CIDR block", orig);
+	return false;
+}
+
+static bool
+egress_entry_bad_port(const char *orig, char *errbuf, size_t errlen)
+{
+	snprintf(errbuf, errlen, "Entry \"%s\" has an invalid port", orig);
+	return false;
+}
+
 /* Parse one entry (trimmed, NUL-terminated, writable). */
 static bool
 egress_parse_entry(char *s, EgressEntry *e, char *errbuf, size_t errlen)
 {
-	char	   *slash;
 	char	   *colon;
 	char		orig[300];
 
@@ -235,103 +300,122 @@ egress_parse_entry(char *s, EgressEntry *e, char *errbuf, size_t errlen)
 	}
 
 	/* a CIDR block: address/bits, no port */
-	slash = strchr(s, '/');
-	if (slash != NULL)
-	{
-		char	   *addr = s;
-		int			maxbits;
-		long		bits;
-		char	   *end;
-
-		*slash = '\0';
-		if (addr[0] == '[')
-		{
-			size_t		len = strlen(addr);
-
-			if (len < 2 || addr[len - 1] != ']')
-				goto bad;
-			addr[len - 1] = '\0';
-			addr++;
-		}
-		if (inet_pton(AF_INET, addr, e->addr) == 1)
-			e->family = AF_INET;
-		else if (inet_pton(AF_INET6, addr, e->addr) == 1)
-			e->family = AF_INET6;
-		else
-			goto bad;
-		maxbits = e->family == AF_INET ? 32 : 128;
-		errno = 0;
-		bits = strtol(slash + 1, &end, 10);
-		if (slash[1] == '\0' || *end != '\0' || errno != 0 || bits < 0 || bits > maxbits)
-		{
-			snprintf(errbuf, errlen, "Entry \"%s\" has an invalid prefix length", orig);
-			return false;
-		}
-		e->bits = (int) bits;
-		for (int i = 0; i < maxbits / 8; i++)
-		{
-			int			keep = Min(Max(e->bits - i * 8, 0), 8);
-			unsigned char mask = keep == 0 ? 0 : (unsigned char) (0xff << (8 - keep));
-
-			if ((e->addr[i] & ~mask) != 0)
-			{
-				snprintf(errbuf, errlen, "Entry \"%s\" has bits set to the right of its prefix length", orig);
-				return false;
-			}
-		}
-		e->kind = EGRESS_ADDRESS;
-		return true;
-	}
+	if (strchr(s, '/') != NULL)
+		return egress_parse_cidr(s, e, orig, errbuf, errlen);
 
 	/* [IPv6] or [IPv6]:port */
 	if (s[0] == '[')
-	{
-		char	   *close = strchr(s, ']');
-
-		if (close == NULL)
-			goto bad;
-		*close = '\0';
-		if (close[1] == ':')
-		{
-			if (!egress_parse_port(close + 2, &e->port))
-				goto badport;
-		}
-		else if (close[1] != '\0')
-			goto bad;
-		if (strchr(s + 1, '%') != NULL)
-		{
-			snprintf(errbuf, errlen, "Entry \"%s\" has an IPv6 zone id, which is not supported", orig);
-			return false;
-		}
-		if (!egress_parse_ipv6(s + 1, &e->family, e->addr))
-			goto bad;
-		e->bits = e->family == AF_INET ? 32 : 128;
-		e->kind = EGRESS_ADDRESS;
-		return true;
-	}
+		return egress_parse_bracketed(s, e, orig, errbuf, errlen);
 
 	/* a bare IPv6 address (two colons or more), no port */
 	colon = strchr(s, ':');
 	if (colon != NULL && strchr(colon + 1, ':') != NULL)
-	{
-		if (strchr(s, '%') != NULL)
-		{
-			snprintf(errbuf, errlen, "Entry \"%s\" has an IPv6 zone id, which is not supported", orig);
-			return false;
-		}
-		if (!egress_parse_ipv6(s, &e->family, e->addr))
-			goto bad;
-		e->bits = e->family == AF_INET ? 32 : 128;
-		e->kind = EGRESS_ADDRESS;
-		return true;
-	}
+		return egress_parse_ipv6_entry(s, e, orig, errbuf, errlen);
 
 	/* name, IPv4 address or wildcard, with an optional port */
+	return egress_parse_host_entry(s, e, orig, errbuf, errlen);
+}
+
+/* "address/bits": an IPv4 or IPv6 block, the address optionally in brackets */
+static bool
+egress_parse_cidr(char *s, EgressEntry *e, const char *orig,
+				  char *errbuf, size_t errlen)
+{
+	char	   *slash = strchr(s, '/');
+	char	   *addr = s;
+	int			maxbits;
+	long		bits;
+	char	   *end;
+
+	*slash = '\0';
+	if (addr[0] == '[')
+	{
+		size_t		len = strlen(addr);
+
+		if (len < 2 || addr[len - 1] != ']')
+			return egress_entry_invalid(orig, errbuf, errlen);
+		addr[len - 1] = '\0';
+		addr++;
+	}
+	if (inet_pton(AF_INET, addr, e->addr) == 1)
+		e->family = AF_INET;
+	else if (inet_pton(AF_INET6, addr, e->addr) == 1)
+		e->family = AF_INET6;
+	else
+		return egress_entry_invalid(orig, errbuf, errlen);
+	maxbits = e->family == AF_INET ? 32 : 128;
+	errno = 0;
+	bits = strtol(slash + 1, &end, 10);
+	if (slash[1] == '\0' || *end != '\0' || errno != 0 || bits < 0 || bits > maxbits)
+	{
+		snprintf(errbuf, errlen, "Entry \"%s\" has an invalid prefix length", orig);
+		return false;
+	}
+	e->bits = (int) bits;
+	for (int i = 0; i < maxbits / 8; i++)
+	{
+		int			keep = Min(Max(e->bits - i * 8, 0), 8);
+		unsigned char mask = keep == 0 ? 0 : (unsigned char) (0xff << (8 - keep));
+
+		if ((e->addr[i] & ~mask) != 0)
+		{
+			snprintf(errbuf, errlen, "Entry \"%s\" has bits set to the right of its prefix length", orig);
+			return false;
+		}
+	}
+	e->kind = EGRESS_ADDRESS;
+	return true;
+}
+
+/* "[IPv6]" or "[IPv6]:port" */
+static bool
+egress_parse_bracketed(char *s, EgressEntry *e, const char *orig,
+					   char *errbuf, size_t errlen)
+{
+	char	   *close = strchr(s, ']');
+
+	if (close == NULL)
+		return egress_entry_invalid(orig, errbuf, errlen);
+	*close = '\0';
+	if (close[1] == ':')
+	{
+		if (!egress_parse_port(close + 2, &e->port))
+			return egress_entry_bad_port(orig, errbuf, errlen);
+	}
+	else if (close[1] != '\0')
+		return egress_entry_invalid(orig, errbuf, errlen);
+	return egress_parse_ipv6_entry(s + 1, e, orig, errbuf, errlen);
+}
+
+/* an IPv6 address (no brackets, no port): one address entry */
+static bool
+egress_parse_ipv6_entry(const char *addr, EgressEntry *e, const char *orig,
+						char *errbuf, size_t errlen)
+{
+	if (strchr(addr, '%') != NULL)
+	{
+		snprintf(errbuf, errlen, "Entry \"%s\" has an IPv6 zone id, which is not supported", orig);
+		return false;
+	}
+	if (!egress_parse_ipv6(addr, &e->family, e->addr))
+		return egress_entry_invalid(orig, errbuf, errlen);
+	e->bits = e->family == AF_INET ? 32 : 128;
+	e->kind = EGRESS_ADDRESS;
+	return true;
+}
+
+/* a host name, an IPv4 address or "*.domain", each with an optional port */
+static bool
+egress_parse_host_entry(char *s, EgressEntry *e, const char *orig,
+						char *errbuf, size_t errlen)
+{
+	char	   *colon = strchr(s, ':');
+
 	if (colon != NULL)
 	{
 		*colon = '\0';
 		if (!egress_parse_port(colon + 1, &e->port))
-			goto badport;
+			return egress_entry_bad_port(orig, errbuf, errlen);
 	}
 	if (egress_parse_ipv4(s, e->addr))
 	{
@@ -343,23 +427,16 @@ egress_parse_entry(char *s, EgressEntry *e, char *errbuf, size_t errlen)
 	if (s[0] == '*')
 	{
 		if (s[1] != '.' || !egress_canonical_name(s + 2))
-			goto bad;
+			return egress_entry_invalid(orig, errbuf, errlen);
 		e->kind = EGRESS_SUFFIX;
 		strlcpy(e->name, s + 2, sizeof(e->name));
 		return true;
 	}
 	if (!egress_canonical_name(s))
-		goto bad;
+		return egress_entry_invalid(orig, errbuf, errlen);
 	e->kind = EGRESS_NAME;
 	strlcpy(e->name, s, sizeof(e->name));
 	return true;
-
-badport:
-	snprintf(errbuf, errlen, "Entry \"%s\" has an invalid port", orig);
-	return false;
-bad:
-	snprintf(errbuf, errlen, "Entry \"%s\" is not a host name, an IP address or a CIDR block", orig);
-	return false;
 }
 
 /*
@@ -496,21 +573,57 @@ bool
 EgressCheckUrl(const EgressList *list, const char *url, bool *by_name,
 			   char *errbuf, size_t errlen)
 {
+	EgressUrlHost h;
+	bool		allowed;
+	bool		port_mismatch = false;
+
+	*by_name = true;
+	errbuf[0] = '\0';
+	if (!egress_url_host(url, &h, errbuf, errlen) ||
+		!egress_canonical_host(list, &h, errbuf, errlen))
+		return false;
+
+	/*
+	 * An address that is link-local or a metadata service's is refused
+	 * here already unless an entry names it, whatever else the list says;
+	 * the open-socket check would refuse it anyway, but this way without
+	 * a connection attempt.
+	 */
+	if (h.family != 0 && egress_sensitive(h.family, h.addr) &&
+		!egress_address_listed(list, h.family, h.addr, h.port))
+		return egress_address_refused(h.family, h.addr, errbuf, errlen);
+
+	/* an empty list allows any host (the address check still applies) */
+	if (list == NULL || list->nentries == 0)
+		return true;
+
+	allowed = egress_host_listed(list, &h, by_name, &port_mismatch);
+	if (!allowed)
+	{
+		if (port_mismatch)
+			snprintf(errbuf, errlen, "port %d of host \"%s\" is not in outbox.allowed_hosts", h.port, h.raw);
+		else
+			snprintf(errbuf, errlen, "host \"%s\" is not in outbox.allowed_hosts", h.raw);
+	}
+	return allowed;
+}
+
+/*
+ * The host and port of an http or https URL, as libcurl parses it; false
+ * with the reason in errbuf if the URL cannot be sent to at all.
+ */
+static bool
+egress_url_host(const char *url, EgressUrlHost *h, char *errbuf, size_t errlen)
+{
 	CURLU	   *u;
 	CURLUcode	rc;
 	char	   *scheme = NULL;
 	char	   *rawhost = NULL;
 	char	   *zone = NULL;
 	char	   *portstr = NULL;
-	char		host[300];
-	int			port = 0;
-	int			family = 0;
-	unsigned char addr[16];
-	bool		allowed = false;
-	bool		port_mismatch = false;
+	bool		ok = false;
 
-	*by_name = true;
-	errbuf[0] = '\0';
+	memset(h, 0, sizeof(*h));
 	u = curl_url();
 	if (u == NULL)
 	{
@@ -525,110 +638,107 @@ EgressCheckUrl(const EgressList *list, const char *url, bool *by_name,
 	if (rc == CURLUE_OK)
 		rc = curl_url_get(u, CURLUPART_PORT, &portstr, CURLU_DEFAULT_PORT);
 	if (rc != CURLUE_OK)
-	{
 		snprintf(errbuf, errlen, "could not parse destination URL: %s",
 				 curl_url_strerror(rc));
-		goto done;
-	}
-	if (pg_strcasecmp(scheme, "http") != 0 && pg_strcasecmp(scheme, "https") != 0)
-	{
+	else if (pg_strcasecmp(scheme, "http") != 0 && pg_strcasecmp(scheme, "https") != 0)
 		snprintf(errbuf, errlen, "scheme \"%s\" is not allowed; only http and https are", scheme);
-		goto done;
-	}
-	if (curl_url_get(u, CURLUPART_ZONEID, &zone, 0) == CURLUE_OK && zone != NULL)
-	{
+	else if (curl_url_get(u, CURLUPART_ZONEID, &zone, 0) == CURLUE_OK && zone != NULL)
 		snprintf(errbuf, errlen, "host \"%s\" has an IPv6 zone id, which is not allowed", rawhost);
-		goto done;
-	}
-	(void) egress_parse_port(portstr, &port);
-	if (strlen(rawhost) >= sizeof(host))
-	{
+	else if (strlen(rawhost) >= sizeof(h->raw))
 		snprintf(errbuf, errlen, "host name is too long");
-		goto done;
-	}
-	strlcpy(host, rawhost, sizeof(host));
-
-	/* canonical form: an address, or a lower-case name without final dot */
-	if (host[0] == '[')
-	{
-		size_t		len = strlen(host);
-
-		if (len < 2 || host[len - 1] != ']')
-		{
-			snprintf(errbuf, errlen, "host \"%s\" is not a valid IPv6 address", rawhost);
-			goto done;
-		}
-		host[len - 1] = '\0';
-		if (!egress_parse_ipv6(host + 1, &family, addr))
-		{
-			snprintf(errbuf, errlen, "host \"%s\" is not a valid IPv6 address", rawhost);
-			goto done;
-		}
-	}
 	else
 	{
-		size_t		len = strlen(host);
+		(void) egress_parse_port(portstr, &h->port);
+		strlcpy(h->raw, rawhost, sizeof(h->raw));
+		strlcpy(h->host, rawhost, sizeof(h->host));
+		ok = true;
+	}
 
-		if (len > 0 && host[len - 1] == '.')
-			host[len - 1] = '\0';
-		if (egress_parse_ipv4(host, addr))
-			family = AF_INET;
-		else
+	curl_free(scheme);
+	curl_free(rawhost);
+	curl_free(zone);
+	curl_free(portstr);
+	curl_url_cleanup(u);
+	return ok;
+}
+
+/*
+ * Canonical form of the URL's host: an address (family and addr set), or
+ * a lower-case name without final dot.  A name that cannot be a DNS name
+ * is refused when a list is in force.
+ */
+static bool
+egress_canonical_host(const EgressList *list, EgressUrlHost *h,
+					  char *errbuf, size_t errlen)
+{
+	char	   *host = h->host;
+	size_t		len = strlen(host);
+
+	if (host[0] == '[')
+	{
+		if (len < 2 || host[len - 1] != ']')
 		{
-			/* put the dot back for the name check, which removes it */
-			if (len > 0 && rawhost[len - 1] == '.')
-				host[len - 1] = '.';
-			if (!egress_canonical_name(host) && list != NULL && list->nentries > 0)
-			{
-				bool		ascii = true;
-
-				for (const char *p = rawhost; *p; p++)
-					if ((unsigned char) *p >= 0x80)
-						ascii = false;
-				if (ascii)
-					snprintf(errbuf, errlen, "host \"%s\" is not a valid host name", rawhost);
-				else
-					snprintf(errbuf, errlen, "host \"%s\" is not ASCII; write it in its punycode (xn--) form", rawhost);
-				goto done;
-			}
+			snprintf(errbuf, errlen, "host \"%s\" is not a valid IPv6 address", h->raw);
+			return false;
 		}
+		host[len - 1] = '\0';
+		if (!egress_parse_ipv6(host + 1, &h->family, h->addr))
+		{
+			snprintf(errbuf, errlen, "host \"%s\" is not a valid IPv6 address", h->raw);
+			return false;
+		}
+		return true;
 	}
 
-	/*
-	 * An address that is link-local or a metadata service's is refused
-	 * here already unless an entry names it, whatever else the list says;
-	 * the open-socket check would refuse it anyway, but this way without
-	 * a connection attempt.
-	 */
-	if (family != 0 && egress_sensitive(family, addr) &&
-		!egress_address_listed(list, family, addr, port))
+	if (len > 0 && host[len - 1] == '.')
+		host[len - 1] = '\0';
+	if (egress_parse_ipv4(host, h->addr))
 	{
-		char		text[INET6_ADDRSTRLEN];
-
-		if (inet_ntop(family, addr, text, sizeof(text)) == NULL)
-			strlcpy(text, "?", sizeof(text));
-		snprintf(errbuf, errlen, "address %s is link-local or a cloud metadata address and is not named in outbox.allowed_hosts", text);
-		goto done;
+		h->family = AF_INET;
+		return true;
 	}
-
-	/* an empty list allows any host (the address check still applies) */
-	if (list == NULL || list->nentries == 0)
+	/* put the dot back for the name check, which removes it */
+	if (len > 0 && h->raw[len - 1] == '.')
+		host[len - 1] = '.';
+	if (!egress_canonical_name(host) && list != NULL && list->nentries > 0)
 	{
-		allowed = true;
-		goto done;
-	}
+		bool		ascii = true;
 
-	if (family != 0)
+		for (const char *p = h->raw; *p; p++)
+			if ((unsigned char) *p >= 0x80)
+				ascii = false;
+		if (ascii)
+			snprintf(errbuf, errlen, "host \"%s\" is not a valid host name", h->raw);
+		else
+			snprintf(errbuf, errlen, "host \"%s\" is not ASCII; write it in its punycode (xn--) form", h->raw);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Is the canonical host on the (non-empty) list?  An address is matched
+ * against address entries, a name against name entries, "*" matches both.
+ * Sets *by_name as EgressCheckUrl documents, and *port_mismatch when an
+ * entry would match but for its port.
+ */
+static bool
+egress_host_listed(const EgressList *list, const EgressUrlHost *h,
+				   bool *by_name, bool *port_mismatch)
+{
+	size_t		hl = strlen(h->host);
+	bool		allowed = false;
+
+	if (h->family != 0)
 	{
 		*by_name = false;
-		allowed = egress_address_listed(list, family, addr, port);
+		allowed = egress_address_listed(list, h->family, h->addr, h->port);
 		if (!allowed)
-			port_mismatch = egress_address_listed(list, family, addr, -1);
+			*port_mismatch = egress_address_listed(list, h->family, h->addr, -1);
 	}
 	for (int i = 0; i < list->nentries && !allowed; i++)
 	{
 		const EgressEntry *e = &list->entries[i];
-		size_t		hl = strlen(host);
 		size_t		sl = strlen(e->name);
 		bool		match = false;
 
@@ -636,38 +746,39 @@ EgressCheckUrl(const EgressList *list, const char *url, bool *by_name,
 		{
 			/* any host, but its addresses get the name-level check */
 			*by_name = true;
-			allowed = true;
-			break;
+			return true;
 		}
-		if (family != 0)
+		if (h->family != 0)
 			continue;
 		if (e->kind == EGRESS_NAME)
-			match = strcmp(host, e->name) == 0;
+			match = strcmp(h->host, e->name) == 0;
 		else if (e->kind == EGRESS_SUFFIX)
-			match = hl > sl + 1 && host[hl - sl - 1] == '.' &&
-				strcmp(host + hl - sl, e->name) == 0;
-		if (match && e->port != 0 && e->port != port)
+			match = hl > sl + 1 && h->host[hl - sl - 1] == '.' &&
+				strcmp(h->host + hl - sl, e->name) == 0;
+		if (match && e->port != 0 && e->port != h->port)
 		{
-			port_mismatch = true;
+			*port_mismatch = true;
 			match = false;
 		}
 		allowed = match;
 	}
-	if (!allowed)
-	{
-		if (port_mismatch)
-			snprintf(errbuf, errlen, "port %d of host \"%s\" is not in outbox.allowed_hosts", port, rawhost);
-		else
-			snprintf(errbuf, errlen, "host \"%s\" is not in outbox.allowed_hosts", rawhost);
-	}
-
-done:
-	curl_free(scheme);
-	curl_free(rawhost);
-	curl_free(zone);
-	curl_free(portstr);
-	curl_url_cleanup(u);
 	return allowed;
+}
+
+/* The reason an address is refused, in errbuf; returns false. */
+static bool
+egress_address_refused(int family, const unsigned char *addr,
+					   char *errbuf, size_t errlen)
+{
+	char		text[INET6_ADDRSTRLEN];
+
+	if (inet_ntop(family, addr, text, sizeof(text)) == NULL)
+		strlcpy(text, "?", sizeof(text));
+	if (egress_sensitive(family, addr))
+		snprintf(errbuf, errlen, "address %s is link-local or a cloud metadata address and is not named in outbox.allowed_hosts", text);
+	else
+		snprintf(errbuf, errlen, "address %s is not in outbox.allowed_hosts", text);
+	return false;
 }
 
 /*
@@ -681,7 +792,6 @@ EgressCheckAddress(const EgressList *list, const struct sockaddr *sa,
 	int			family;
 	int			port;
 	unsigned char addr[16];
-	char		text[INET6_ADDRSTRLEN];
 
 	errbuf[0] = '\0';
 	if (sa->sa_family == AF_INET)
@@ -697,16 +807,7 @@ EgressCheckAddress(const EgressList *list, const struct sockaddr *sa,
 		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *) sa;
 
 		port = ntohs(sin6->sin6_port);
-		if (memcmp(sin6->sin6_addr.s6_addr, v4mapped_prefix, 12) == 0)
-		{
-			family = AF_INET;
-			memcpy(addr, sin6->sin6_addr.s6_addr + 12, 4);
-		}
-		else
-		{
-			family = AF_INET6;
-			memcpy(addr, sin6->sin6_addr.s6_addr, 16);
-		}
+		egress_set_ipv6(sin6->sin6_addr.s6_addr, &family, addr);
 	}
 	else
 	{
@@ -718,14 +819,7 @@ EgressCheckAddress(const EgressList *list, const struct sockaddr *sa,
 		return true;
 	if (!egress_sensitive(family, addr) && by_name)
 		return true;
-
-	if (inet_ntop(family, addr, text, sizeof(text)) == NULL)
-		strlcpy(text, "?", sizeof(text));
-	if (egress_sensitive(family, addr))
-		snprintf(errbuf, errlen, "address %s is link-local or a cloud metadata address and is not named in outbox.allowed_hosts", text);
-	else
-		snprintf(errbuf, errlen, "address %s is not in outbox.allowed_hosts", text);
-	return false;
+	return egress_address_refused(family, addr, errbuf, errlen);
 }
 
 /*
@@ -790,22 +884,10 @@ outbox__host_allowed(PG_FUNCTION_ARGS)
 			memcpy(&sin6->sin6_addr, ip_addr(ip), 16);
 		}
 		/* the port the URL names, as curl would connect to it */
-		{
-			CURLU	   *u = curl_url();
-			char	   *portstr = NULL;
-			int			port = 0;
-
-			if (u != NULL && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-				curl_url_get(u, CURLUPART_PORT, &portstr, CURLU_DEFAULT_PORT) == CURLUE_OK)
-				(void) egress_parse_port(portstr, &port);
-			curl_free(portstr);
-			if (u != NULL)
-				curl_url_cleanup(u);
-			if (ss.ss_family == AF_INET)
-				((struct sockaddr_in *) &ss)->sin_port = htons(port);
-			else
-				((struct sockaddr_in6 *) &ss)->sin6_port = htons(port);
-		}
+		if (ss.ss_family == AF_INET)
+			((struct sockaddr_in *) &ss)->sin_port = htons(egress_url_port(url));
+		else
+			((struct sockaddr_in6 *) &ss)->sin6_port = htons(egress_url_port(url));
 		ok = EgressCheckAddress(list, (struct sockaddr *) &ss, by_name,
 								errbuf, sizeof(errbuf));
 	}
@@ -814,4 +896,21 @@ outbox__host_allowed(PG_FUNCTION_ARGS)
 	if (ok)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(errbuf));
+}
+
+/* The port a URL names, or its scheme's default; 0 if it has none. */
+static int
+egress_url_port(const char *url)
+{
+	CURLU	   *u = curl_url();
+	char	   *portstr = NULL;
+	int			port = 0;
+
+	if (u != NULL && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_PORT, &portstr, CURLU_DEFAULT_PORT) == CURLUE_OK)
+		(void) egress_parse_port(portstr, &port);
+	curl_free(portstr);
+	if (u != NULL)
+		curl_url_cleanup(u);
+	return port;
 }
