@@ -19,6 +19,7 @@
 
 #include <limits.h>
 
+#include "miscadmin.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/varlena.h"
@@ -86,8 +87,11 @@ guc_check_traceparent(char **newval, void **extra, GucSource source)
 
 /*
  * outbox.databases is checked here, so a value the launcher could not split
- * into names is refused when it is set (ALTER SYSTEM, reload, start) and
- * the relayed databases stay as they were.
+ * into names is refused when it is set (ALTER SYSTEM, SET in a session, a
+ * reload) and the relayed databases stay as they were.  Not at server
+ * start: refusing it there would put the default, "*", in its place and
+ * relay every database the operator meant to exclude; the launcher relays
+ * none instead and says why (launcher.c).
  */
 static bool
 guc_check_databases(char **newval, void **extra, GucSource source)
@@ -97,6 +101,8 @@ guc_check_databases(char **newval, void **extra, GucSource source)
 	bool		ok;
 
 	if (*newval == NULL || strcmp(*newval, "*") == 0)
+		return true;
+	if (process_shared_preload_libraries_in_progress)
 		return true;
 	raw = pstrdup(*newval);
 	ok = SplitIdentifierString(raw, ',', &names);

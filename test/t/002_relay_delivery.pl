@@ -140,6 +140,22 @@ $node->safe_psql('postgres', q{SELECT outbox.emit('order.after_bad_config', '1',
 ok($node->poll_query_until('postgres', q{SELECT status = 'published' FROM outbox.events WHERE type = 'order.after_bad_config'}),
 	'events still flow');
 
+# the same value at server start: no database is relayed (never the
+# default "*" in its place), and the log says why
+$node->restart;
+my $log_offset = -s $node->logfile;
+$node->safe_psql('postgres', q{SELECT outbox.emit('order.bad_at_start', '1', '{}')});
+ok(wait_until(sub { $node->log_contains('invalid list syntax in outbox.databases', $log_offset) }, 30),
+	'an unparsable outbox.databases at server start is reported by the launcher');
+sleep 2;
+is(scalar(relay_pids($node, 'postgres')), 0, 'and no database is relayed');
+is($node->safe_psql('postgres', q{SHOW outbox.databases}), '"unterminated',
+	'the setting keeps the configured value instead of the default');
+$node->append_conf('postgresql.conf', qq{outbox.databases = '*'\n});
+$node->reload;
+ok($node->poll_query_until('postgres', q{SELECT status = 'published' FROM outbox.events WHERE type = 'order.bad_at_start'}),
+	'fixed and reloaded: the relays start and deliver');
+
 $node->stop;
 stop_sink($sink);
 done_testing();
