@@ -10,13 +10,16 @@
  *
  * The configuration tables are checked here too (outbox._check_config()):
  * their rows hold secrets, and a constraint violation would print the
- * whole row.  No message of this file shows a header value, a URL or a
+ * whole row.  On outbox.destinations the same trigger then hands the row
+ * to DestinationValidate() (src/destination/validate.c), the checks of its
+ * kind; on outbox.credentials it revalidates the destinations a changed
+ * row serves.  No message of this file shows a header value, a URL or a
  * secret; names and keys only.
  *
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/validate.c
+ *		  src/api/validate.c
  *
  *-------------------------------------------------------------------------
  */
@@ -25,10 +28,14 @@
 #include "access/htup_details.h"
 #include "access/sysattr.h"
 #include "catalog/pg_constraint.h"
+#include "catalog/pg_type.h"
 #include "commands/comment.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
 #include "optimizer/optimizer.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/jsonb.h"
@@ -37,6 +44,7 @@
 
 #include "outbox_pg.h"
 #include "api/api.h"
+#include "destination/destination.h"
 
 #define MAX_EXTRA_HEADERS		64
 #define MAX_HEADER_NAME_LEN		256
@@ -374,6 +382,225 @@ config_check_destination_headers(Relation rel, HeapTuple oldtup,
 				  kind != NULL && strcmp(kind, "webhook") == 0 && isnull);
 }
 
+/* A text[] column of the row as a List of C strings (NULL for a null). */
+static List *
+config_text_array_column(Relation rel, HeapTuple tup, const char *attname)
+{
+	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
+	List	   *result = NIL;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	bool		isnull;
+	Datum		d;
+
+	if (attnum == InvalidAttrNumber)
+		return NIL;
+	d = heap_getattr(tup, attnum, RelationGetDescr(rel), &isnull);
+	if (isnull)
+		return NIL;
+	deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+		result = lappend(result, nulls[i] ? NULL : TextDatumGetCString(elems[i]));
+	return result;
+}
+
+/*
+ * Has any of the columns validation reads a different value in the new
+ * row?  An UPDATE that leaves them alone (outbox.pause(), a timeout) is not
+ * refused for a definition an older version accepted.
+ */
+static bool
+config_destination_changed(Relation rel, HeapTuple oldtup, HeapTuple newtup)
+{
+	static const char *const columns[] = {
+		"kind", "url", "options", "signing_secrets", "bearer_token",
+		"credentials", NULL
+	};
+
+	if (oldtup == NULL)
+		return true;
+	for (int i = 0; columns[i] != NULL; i++)
+	{
+		AttrNumber	attnum = get_attnum(RelationGetRelid(rel), columns[i]);
+
+		if (attnum != InvalidAttrNumber &&
+			config_column_changed(rel, oldtup, newtup, attnum))
+			return true;
+	}
+	return false;
+}
+
+/* The destination of a row of outbox.destinations, without credentials. */
+static DestinationDefinition *
+config_destination_definition(Relation rel, HeapTuple tup)
+{
+	DestinationDefinition *def = palloc0(sizeof(DestinationDefinition));
+	AttrNumber	att_options = get_attnum(RelationGetRelid(rel), "options");
+	bool		isnull = true;
+	Datum		d = 0;
+
+	def->name = config_text_column(rel, tup, "name");
+	def->kind = config_text_column(rel, tup, "kind");
+	def->url = config_text_column(rel, tup, "url");
+	if (att_options != InvalidAttrNumber)
+		d = heap_getattr(tup, att_options, RelationGetDescr(rel), &isnull);
+	def->options = isnull ? NULL : DatumGetJsonbP(d);	/* NOT NULL */
+	def->signing_secrets = config_text_array_column(rel, tup, "signing_secrets");
+	def->bearer_token = config_text_column(rel, tup, "bearer_token");
+	def->credentials_name = config_text_column(rel, tup, "credentials");
+	return def;
+}
+
+/* The credentials of a row of outbox.credentials. */
+static DestinationCredentials *
+config_credentials_of(Relation rel, HeapTuple tup)
+{
+	DestinationCredentials *c = palloc0(sizeof(DestinationCredentials));
+
+	c->name = config_text_column(rel, tup, "name");
+	c->aws_access_key_id = config_text_column(rel, tup, "aws_access_key_id");
+	c->aws_secret_access_key = config_text_column(rel, tup, "aws_secret_access_key");
+	c->aws_session_token = config_text_column(rel, tup, "aws_session_token");
+	c->username = config_text_column(rel, tup, "username");
+	c->password = config_text_column(rel, tup, "password");
+	return c;
+}
+
+/*
+ * Run a query over the configuration tables with one text parameter, as
+ * the owner of the table the trigger fired on (the extension's owner), the
+ * way PostgreSQL's own referential integrity checks run: what a writer of
+ * destinations may name, the trigger may read, whatever SELECT the writer
+ * holds.  The rows stay in SPI_tuptable until SPI_finish().
+ */
+static void
+config_spi_query(Relation rel, const char *sql, const char *arg)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(arg)};
+	Oid			save_userid;
+	int			save_sec_context;
+	int			rc;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(rel->rd_rel->relowner,
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_NOFORCE_RLS);
+	rc = SPI_execute_with_args(sql, 1, argtypes, values, NULL, false, 0);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
+}
+
+/*
+ * outbox.destinations: the row's kind checks it (DestinationValidate()),
+ * with the credentials row it names.  On UPDATE only when a column the
+ * checks read changed.
+ */
+static void
+config_validate_destination(Relation rel, HeapTuple oldtup, HeapTuple newtup)
+{
+	DestinationDefinition *def;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (!config_destination_changed(rel, oldtup, newtup))
+		return;
+	def = config_destination_definition(rel, newtup);
+	if (def->kind == NULL || def->url == NULL || def->name == NULL)
+		return;					/* NOT NULL columns: reported above */
+
+	if (def->credentials_name != NULL)
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		config_spi_query(rel,
+						 "SELECT name, aws_access_key_id, aws_secret_access_key,"
+						 " aws_session_token, username, password"
+						 " FROM outbox.credentials"
+						 " WHERE name OPERATOR(pg_catalog.=) $1",
+						 def->credentials_name);
+		if (SPI_processed == 1)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+			HeapTuple	tup = SPI_tuptable->vals[0];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			DestinationCredentials *c = palloc0(sizeof(DestinationCredentials));
+
+			c->name = SPI_getvalue(tup, desc, 1);
+			c->aws_access_key_id = SPI_getvalue(tup, desc, 2);
+			c->aws_secret_access_key = SPI_getvalue(tup, desc, 3);
+			c->aws_session_token = SPI_getvalue(tup, desc, 4);
+			c->username = SPI_getvalue(tup, desc, 5);
+			c->password = SPI_getvalue(tup, desc, 6);
+			def->credentials = c;
+			MemoryContextSwitchTo(old);
+		}
+		SPI_finish();
+	}
+	DestinationValidate(def);
+}
+
+/*
+ * outbox.credentials, on UPDATE: every destination that names the row
+ * (by its old name: a rename cascades to them afterwards) is checked again
+ * with the new values, so that taking the AWS key off a row an SQS
+ * destination signs with fails here and not at the next delivery.
+ */
+static void
+config_validate_credentials_users(Relation rel, HeapTuple oldtup,
+								  HeapTuple newtup)
+{
+	char	   *oldname = config_text_column(rel, oldtup, "name");
+	DestinationCredentials *c = config_credentials_of(rel, newtup);
+
+	if (oldname == NULL)
+		return;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	config_spi_query(rel,
+					 "SELECT name, kind, url, options, signing_secrets,"
+					 " bearer_token, credentials"
+					 " FROM outbox.destinations"
+					 " WHERE credentials OPERATOR(pg_catalog.=) $1"
+					 " ORDER BY name",
+					 oldname);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		DestinationDefinition def;
+		Datum		secrets;
+		bool		isnull;
+
+		memset(&def, 0, sizeof(def));
+		def.name = SPI_getvalue(tup, desc, 1);
+		def.kind = SPI_getvalue(tup, desc, 2);
+		def.url = SPI_getvalue(tup, desc, 3);
+		def.options = DatumGetJsonbP(SPI_getbinval(tup, desc, 4, &isnull));
+		secrets = SPI_getbinval(tup, desc, 5, &isnull);
+		if (!isnull)
+		{
+			Datum	   *elems;
+			bool	   *nulls;
+			int			n;
+
+			deconstruct_array(DatumGetArrayTypeP(secrets), TEXTOID, -1, false,
+							  TYPALIGN_INT, &elems, &nulls, &n);
+			for (int k = 0; k < n; k++)
+				def.signing_secrets = lappend(def.signing_secrets,
+											  nulls[k] ? NULL :
+											  TextDatumGetCString(elems[k]));
+		}
+		def.bearer_token = SPI_getvalue(tup, desc, 6);
+		def.credentials_name = c->name;
+		def.credentials = c;
+		DestinationValidate(&def);
+	}
+	SPI_finish();
+}
+
 /* "destination \"orders\"", or the table when the key is unknown or bad */
 static char *
 config_row_name(Relation rel, const char *noun, const char *key)
@@ -458,8 +685,15 @@ PG_FUNCTION_INFO_V1(outbox_check_config);
  * the constraint's comment as the detail; never a value.  The constraints
  * stay as the backstop.  Foreign key and unique violations are left to
  * PostgreSQL: their detail shows the key only, and every key here is a
- * name.  On outbox.destinations the headers are then checked like
- * per-event headers.
+ * name.
+ *
+ * A third argument adds the checks of one table, after those above (so
+ * they see a row the constraints accept, in an order no trigger name
+ * decides): 'destination' checks the headers like per-event headers, then
+ * the definition against its kind (DestinationValidate(), the checks the
+ * relay's loader runs too); 'credentials' checks again, on UPDATE, every
+ * destination the row serves.  'headers' (the 0.2.1 catalog, until ALTER
+ * EXTENSION UPDATE) checks the headers only.
  */
 Datum
 outbox_check_config(PG_FUNCTION_ARGS)
@@ -545,9 +779,18 @@ outbox_check_config(PG_FUNCTION_ARGS)
 		FreeExecutorState(estate);
 	}
 
-	if (trigdata->tg_trigger->tgnargs >= 3 &&
-		strcmp(trigdata->tg_trigger->tgargs[2], "headers") == 0)
-		config_check_destination_headers(rel, oldtup, newtup, key);
+	if (trigdata->tg_trigger->tgnargs >= 3)
+	{
+		const char *what = trigdata->tg_trigger->tgargs[2];
+
+		/* "headers": the 0.2.1 catalog, until ALTER EXTENSION UPDATE */
+		if (strcmp(what, "destination") == 0 || strcmp(what, "headers") == 0)
+			config_check_destination_headers(rel, oldtup, newtup, key);
+		if (strcmp(what, "destination") == 0)
+			config_validate_destination(rel, oldtup, newtup);
+		else if (strcmp(what, "credentials") == 0 && oldtup != NULL)
+			config_validate_credentials_users(rel, oldtup, newtup);
+	}
 
 	return PointerGetDatum(newtup);
 }
