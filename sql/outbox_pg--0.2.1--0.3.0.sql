@@ -41,4 +41,39 @@ CREATE TRIGGER credentials_check
 
 COMMENT ON COLUMN outbox.destinations.kind IS
     'webhook, sns, sqs or rabbitmq: the kinds the library registers; a destination is checked against its kind when written.';
+
+-- The same checks on a destination as it is now: ERROR (22023) if they
+-- fail.  Internal, granted to no one.
+CREATE FUNCTION outbox._check_destination(name pg_catalog.text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'outbox__check_destination'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION outbox._check_destination(pg_catalog.text) IS
+    'Internal: the checks outbox.destinations'' trigger runs on a destination when it is written, on the row as it is now; ERROR if they fail.';
+
+REVOKE ALL ON FUNCTION outbox._check_destination(pg_catalog.text) FROM PUBLIC;
+
+-- Say which destinations written before would not pass now (0.2.x did not
+-- check webhook options, bearer tokens or the base64 of signing secrets
+-- when they were written).  They keep working; a WARNING names each, as
+-- it must be fixed before its next change, and before a dump of the
+-- database is restored (COPY fires the trigger).
+DO $$
+DECLARE
+    d pg_catalog.text;
+    msg pg_catalog.text;
+BEGIN
+    FOR d IN SELECT name FROM outbox.destinations ORDER BY name LOOP
+        BEGIN
+            PERFORM outbox._check_destination(d);
+        EXCEPTION WHEN invalid_parameter_value THEN
+            GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+            RAISE WARNING '%', msg
+                USING DETAIL = pg_catalog.format('Destination "%s" was written by a version that did not check this; it keeps working until it is next changed.', d),
+                      HINT = 'Fix the definition; SELECT outbox._check_destination(name) checks it again.';
+        END;
+    END LOOP;
+END
+$$;
 -- end of destination validation

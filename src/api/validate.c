@@ -469,14 +469,15 @@ config_credentials_of(Relation rel, HeapTuple tup)
 }
 
 /*
- * Run a query over the configuration tables with one text parameter, as
- * the owner of the table the trigger fired on (the extension's owner), the
- * way PostgreSQL's own referential integrity checks run: what a writer of
+ * Run a query over the configuration tables with one text parameter (SPI
+ * connected).  With a valid owner, as that role (the owner of the table the
+ * trigger fired on: the extension's owner), the way PostgreSQL's own
+ * referential integrity checks run: a credentials row a writer of
  * destinations may name, the trigger may read, whatever SELECT the writer
- * holds.  The rows stay in SPI_tuptable until SPI_finish().
+ * holds.  Returns SPI_tuptable; its rows last until SPI_finish().
  */
-static void
-config_spi_query(Relation rel, const char *sql, const char *arg)
+static SPITupleTable *
+config_spi_query(Oid owner, const char *sql, const char *arg)
 {
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(arg)};
@@ -485,13 +486,77 @@ config_spi_query(Relation rel, const char *sql, const char *arg)
 	int			rc;
 
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(rel->rd_rel->relowner,
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_NOFORCE_RLS);
+	if (OidIsValid(owner))
+		SetUserIdAndSecContext(owner,
+							   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_NOFORCE_RLS);
 	rc = SPI_execute_with_args(sql, 1, argtypes, values, NULL, false, 0);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
+	return SPI_tuptable;
+}
+
+/* The credentials row of that name, or NULL (SPI connected). */
+static DestinationCredentials *
+config_read_credentials(Oid owner, const char *name)
+{
+	SPITupleTable *tt;
+	DestinationCredentials *c;
+
+	tt = config_spi_query(owner,
+						  "SELECT name, aws_access_key_id, aws_secret_access_key,"
+						  " aws_session_token, username, password"
+						  " FROM outbox.credentials"
+						  " WHERE name OPERATOR(pg_catalog.=) $1",
+						  name);
+	if (tt->numvals != 1)
+		return NULL;
+	c = palloc0(sizeof(DestinationCredentials));
+	c->name = SPI_getvalue(tt->vals[0], tt->tupdesc, 1);
+	c->aws_access_key_id = SPI_getvalue(tt->vals[0], tt->tupdesc, 2);
+	c->aws_secret_access_key = SPI_getvalue(tt->vals[0], tt->tupdesc, 3);
+	c->aws_session_token = SPI_getvalue(tt->vals[0], tt->tupdesc, 4);
+	c->username = SPI_getvalue(tt->vals[0], tt->tupdesc, 5);
+	c->password = SPI_getvalue(tt->vals[0], tt->tupdesc, 6);
+	return c;
+}
+
+/* What the queries below read of outbox.destinations, in this order. */
+#define DESTINATION_COLUMNS \
+	"name, kind, url, options, signing_secrets, bearer_token, credentials"
+
+/* The destination of row i of a query of DESTINATION_COLUMNS. */
+static DestinationDefinition *
+config_definition_of_spi_row(SPITupleTable *tt, uint64 i)
+{
+	DestinationDefinition *def = palloc0(sizeof(DestinationDefinition));
+	HeapTuple	tup = tt->vals[i];
+	TupleDesc	desc = tt->tupdesc;
+	Datum		secrets;
+	bool		isnull;
+
+	def->name = SPI_getvalue(tup, desc, 1);
+	def->kind = SPI_getvalue(tup, desc, 2);
+	def->url = SPI_getvalue(tup, desc, 3);
+	def->options = DatumGetJsonbP(SPI_getbinval(tup, desc, 4, &isnull));
+	secrets = SPI_getbinval(tup, desc, 5, &isnull);
+	if (!isnull)
+	{
+		Datum	   *elems;
+		bool	   *nulls;
+		int			n;
+
+		deconstruct_array(DatumGetArrayTypeP(secrets), TEXTOID, -1, false,
+						  TYPALIGN_INT, &elems, &nulls, &n);
+		for (int k = 0; k < n; k++)
+			def->signing_secrets = lappend(def->signing_secrets,
+										   nulls[k] ? NULL :
+										   TextDatumGetCString(elems[k]));
+	}
+	def->bearer_token = SPI_getvalue(tup, desc, 6);
+	def->credentials_name = SPI_getvalue(tup, desc, 7);
+	return def;
 }
 
 /*
@@ -503,7 +568,6 @@ static void
 config_validate_destination(Relation rel, HeapTuple oldtup, HeapTuple newtup)
 {
 	DestinationDefinition *def;
-	MemoryContext cxt = CurrentMemoryContext;
 
 	if (!config_destination_changed(rel, oldtup, newtup))
 		return;
@@ -511,35 +575,13 @@ config_validate_destination(Relation rel, HeapTuple oldtup, HeapTuple newtup)
 	if (def->kind == NULL || def->url == NULL || def->name == NULL)
 		return;					/* NOT NULL columns: reported above */
 
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
 	if (def->credentials_name != NULL)
-	{
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		config_spi_query(rel,
-						 "SELECT name, aws_access_key_id, aws_secret_access_key,"
-						 " aws_session_token, username, password"
-						 " FROM outbox.credentials"
-						 " WHERE name OPERATOR(pg_catalog.=) $1",
-						 def->credentials_name);
-		if (SPI_processed == 1)
-		{
-			MemoryContext old = MemoryContextSwitchTo(cxt);
-			HeapTuple	tup = SPI_tuptable->vals[0];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			DestinationCredentials *c = palloc0(sizeof(DestinationCredentials));
-
-			c->name = SPI_getvalue(tup, desc, 1);
-			c->aws_access_key_id = SPI_getvalue(tup, desc, 2);
-			c->aws_secret_access_key = SPI_getvalue(tup, desc, 3);
-			c->aws_session_token = SPI_getvalue(tup, desc, 4);
-			c->username = SPI_getvalue(tup, desc, 5);
-			c->password = SPI_getvalue(tup, desc, 6);
-			def->credentials = c;
-			MemoryContextSwitchTo(old);
-		}
-		SPI_finish();
-	}
+		def->credentials = config_read_credentials(rel->rd_rel->relowner,
+												   def->credentials_name);
 	DestinationValidate(def);
+	SPI_finish();
 }
 
 /*
@@ -554,51 +596,69 @@ config_validate_credentials_users(Relation rel, HeapTuple oldtup,
 {
 	char	   *oldname = config_text_column(rel, oldtup, "name");
 	DestinationCredentials *c = config_credentials_of(rel, newtup);
+	SPITupleTable *tt;
 
 	if (oldname == NULL)
 		return;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	config_spi_query(rel,
-					 "SELECT name, kind, url, options, signing_secrets,"
-					 " bearer_token, credentials"
-					 " FROM outbox.destinations"
-					 " WHERE credentials OPERATOR(pg_catalog.=) $1"
-					 " ORDER BY name",
-					 oldname);
-	for (uint64 i = 0; i < SPI_processed; i++)
+	tt = config_spi_query(rel->rd_rel->relowner,
+						  "SELECT " DESTINATION_COLUMNS
+						  " FROM outbox.destinations"
+						  " WHERE credentials OPERATOR(pg_catalog.=) $1"
+						  " ORDER BY name",
+						  oldname);
+	for (uint64 i = 0; i < tt->numvals; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		DestinationDefinition def;
-		Datum		secrets;
-		bool		isnull;
+		DestinationDefinition *def = config_definition_of_spi_row(tt, i);
 
-		memset(&def, 0, sizeof(def));
-		def.name = SPI_getvalue(tup, desc, 1);
-		def.kind = SPI_getvalue(tup, desc, 2);
-		def.url = SPI_getvalue(tup, desc, 3);
-		def.options = DatumGetJsonbP(SPI_getbinval(tup, desc, 4, &isnull));
-		secrets = SPI_getbinval(tup, desc, 5, &isnull);
-		if (!isnull)
-		{
-			Datum	   *elems;
-			bool	   *nulls;
-			int			n;
-
-			deconstruct_array(DatumGetArrayTypeP(secrets), TEXTOID, -1, false,
-							  TYPALIGN_INT, &elems, &nulls, &n);
-			for (int k = 0; k < n; k++)
-				def.signing_secrets = lappend(def.signing_secrets,
-											  nulls[k] ? NULL :
-											  TextDatumGetCString(elems[k]));
-		}
-		def.bearer_token = SPI_getvalue(tup, desc, 6);
-		def.credentials_name = c->name;
-		def.credentials = c;
-		DestinationValidate(&def);
+		def->credentials_name = c->name;
+		def->credentials = c;
+		DestinationValidate(def);
 	}
 	SPI_finish();
+}
+
+PG_FUNCTION_INFO_V1(outbox__check_destination);
+
+/*
+ * outbox._check_destination(name) — the checks the trigger runs when the
+ * destination is written, on the row as it is now: for rows written by an
+ * older version, which the trigger checks only when a column its checks
+ * read is written again (the 0.3.0 update script warns about each one that
+ * fails).  ERROR if it fails.
+ */
+Datum
+outbox__check_destination(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	SPITupleTable *tt;
+	DestinationDefinition *def;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("destination name must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	tt = config_spi_query(InvalidOid,
+						  "SELECT " DESTINATION_COLUMNS
+						  " FROM outbox.destinations"
+						  " WHERE name OPERATOR(pg_catalog.=) $1",
+						  name);
+	if (tt->numvals != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("destination \"%s\" does not exist", name),
+				 errhint("See outbox.destinations for the defined destinations.")));
+	def = config_definition_of_spi_row(tt, 0);
+	if (def->credentials_name != NULL)
+		def->credentials = config_read_credentials(InvalidOid,
+												   def->credentials_name);
+	DestinationValidate(def);
+	SPI_finish();
+	PG_RETURN_VOID();
 }
 
 /* "destination \"orders\"", or the table when the key is unknown or bad */

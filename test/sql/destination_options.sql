@@ -116,6 +116,10 @@ UPDATE outbox.destinations SET options = options || '{"legacy": 1}' WHERE name =
 ALTER TABLE outbox.destinations ENABLE TRIGGER destinations_check;
 SELECT try_hint($$SELECT outbox.pause('do_hook')$$);
 SELECT try_hint($$SELECT outbox.resume('do_hook')$$);
+-- outbox._check_destination() runs the checks on a row as it is
+SELECT try_hint($$SELECT outbox._check_destination('do_hook')$$);
+SELECT try_hint($$SELECT outbox._check_destination('do_sns')$$);
+SELECT try_hint($$SELECT outbox._check_destination('nope')$$);
 SELECT try_hint($$UPDATE outbox.destinations SET options = options || '{"circuit_threshold": 4}' WHERE name = 'do_hook'$$);
 UPDATE outbox.destinations SET options = options - 'legacy' WHERE name = 'do_hook';
 
