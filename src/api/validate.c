@@ -382,28 +382,34 @@ config_check_destination_headers(Relation rel, HeapTuple oldtup,
 				  kind != NULL && strcmp(kind, "webhook") == 0 && isnull);
 }
 
-/* A text[] column of the row as a List of C strings (NULL for a null). */
+/* A text[] as a List of C strings (NULL for a null element). */
 static List *
-config_text_array_column(Relation rel, HeapTuple tup, const char *attname)
+config_text_array_list(Datum array)
 {
-	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
 	List	   *result = NIL;
 	Datum	   *elems;
 	bool	   *nulls;
 	int			n;
+
+	deconstruct_array(DatumGetArrayTypeP(array), TEXTOID, -1, false,
+					  TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+		result = lappend(result, nulls[i] ? NULL : TextDatumGetCString(elems[i]));
+	return result;
+}
+
+/* A text[] column of the row as config_text_array_list() makes it. */
+static List *
+config_text_array_column(Relation rel, HeapTuple tup, const char *attname)
+{
+	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
 	bool		isnull;
 	Datum		d;
 
 	if (attnum == InvalidAttrNumber)
 		return NIL;
 	d = heap_getattr(tup, attnum, RelationGetDescr(rel), &isnull);
-	if (isnull)
-		return NIL;
-	deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
-					  &elems, &nulls, &n);
-	for (int i = 0; i < n; i++)
-		result = lappend(result, nulls[i] ? NULL : TextDatumGetCString(elems[i]));
-	return result;
+	return isnull ? NIL : config_text_array_list(d);
 }
 
 /*
@@ -542,18 +548,7 @@ config_definition_of_spi_row(SPITupleTable *tt, uint64 i)
 	def->options = DatumGetJsonbP(SPI_getbinval(tup, desc, 4, &isnull));
 	secrets = SPI_getbinval(tup, desc, 5, &isnull);
 	if (!isnull)
-	{
-		Datum	   *elems;
-		bool	   *nulls;
-		int			n;
-
-		deconstruct_array(DatumGetArrayTypeP(secrets), TEXTOID, -1, false,
-						  TYPALIGN_INT, &elems, &nulls, &n);
-		for (int k = 0; k < n; k++)
-			def->signing_secrets = lappend(def->signing_secrets,
-										   nulls[k] ? NULL :
-										   TextDatumGetCString(elems[k]));
-	}
+		def->signing_secrets = config_text_array_list(secrets);
 	def->bearer_token = SPI_getvalue(tup, desc, 6);
 	def->credentials_name = SPI_getvalue(tup, desc, 7);
 	return def;

@@ -74,13 +74,11 @@ typedef struct DestinationDefinition
 	const char *kind;
 	const char *url;
 	Jsonb	   *options;		/* a jsonb object, '{}' when empty */
-	List	   *signing_secrets;	/* char *, the non-null elements */
+	List	   *signing_secrets;	/* char *, one per element; NULL for null */
 	const char *bearer_token;	/* NULL if none */
 	const char *credentials_name;	/* NULL when the row names none */
-	const DestinationCredentials *credentials;	/* that row; NULL when the
-												 * row names none or it does
-												 * not exist (the foreign key
-												 * reports that) */
+	/* that row; NULL if none, or if it does not exist (the foreign key says) */
+	const DestinationCredentials *credentials;
 } DestinationDefinition;
 
 typedef struct DestinationRoutine
