@@ -333,17 +333,25 @@ config_column_changed(Relation rel, HeapTuple oldtup, HeapTuple newtup,
 	return !datumIsEqual(olddat, newdat, att->attbyval, att->attlen);
 }
 
+/* A column of the row by name; *isnull also when the table has none. */
+static Datum
+config_column(Relation rel, HeapTuple tup, const char *attname, bool *isnull)
+{
+	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
+
+	*isnull = true;
+	if (attnum == InvalidAttrNumber)
+		return (Datum) 0;
+	return heap_getattr(tup, attnum, RelationGetDescr(rel), isnull);
+}
+
 /* A text column of the row as a C string, or NULL. */
 static char *
 config_text_column(Relation rel, HeapTuple tup, const char *attname)
 {
-	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
 	bool		isnull;
-	Datum		d;
+	Datum		d = config_column(rel, tup, attname, &isnull);
 
-	if (attnum == InvalidAttrNumber)
-		return NULL;
-	d = heap_getattr(tup, attnum, RelationGetDescr(rel), &isnull);
 	return isnull ? NULL : TextDatumGetCString(d);
 }
 
@@ -398,20 +406,6 @@ config_text_array_list(Datum array)
 	return result;
 }
 
-/* A text[] column of the row as config_text_array_list() makes it. */
-static List *
-config_text_array_column(Relation rel, HeapTuple tup, const char *attname)
-{
-	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
-	bool		isnull;
-	Datum		d;
-
-	if (attnum == InvalidAttrNumber)
-		return NIL;
-	d = heap_getattr(tup, attnum, RelationGetDescr(rel), &isnull);
-	return isnull ? NIL : config_text_array_list(d);
-}
-
 /*
  * Has any of the columns validation reads a different value in the new
  * row?  An UPDATE that leaves them alone (outbox.pause(), a timeout) is not
@@ -443,17 +437,16 @@ static DestinationDefinition *
 config_destination_definition(Relation rel, HeapTuple tup)
 {
 	DestinationDefinition *def = palloc0(sizeof(DestinationDefinition));
-	AttrNumber	att_options = get_attnum(RelationGetRelid(rel), "options");
-	bool		isnull = true;
-	Datum		d = 0;
+	bool		isnull;
+	Datum		d;
 
 	def->name = config_text_column(rel, tup, "name");
 	def->kind = config_text_column(rel, tup, "kind");
 	def->url = config_text_column(rel, tup, "url");
-	if (att_options != InvalidAttrNumber)
-		d = heap_getattr(tup, att_options, RelationGetDescr(rel), &isnull);
+	d = config_column(rel, tup, "options", &isnull);
 	def->options = isnull ? NULL : DatumGetJsonbP(d);	/* NOT NULL */
-	def->signing_secrets = config_text_array_column(rel, tup, "signing_secrets");
+	d = config_column(rel, tup, "signing_secrets", &isnull);
+	def->signing_secrets = isnull ? NIL : config_text_array_list(d);
 	def->bearer_token = config_text_column(rel, tup, "bearer_token");
 	def->credentials_name = config_text_column(rel, tup, "credentials");
 	return def;
