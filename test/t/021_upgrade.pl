@@ -224,6 +224,11 @@ $node->safe_psql('up', qq{
 	       ('rejecting', '$u/status/422/dump', 1000, 5, 50, 200);
 	INSERT INTO outbox.routes (pattern, destination, priority) VALUES ('dump.*', 'later', 10);
 	UPDATE outbox.destinations SET paused = true WHERE name = 'later';
+	-- restored through the trigger's checks, which read its credentials
+	INSERT INTO outbox.credentials (name, aws_access_key_id, aws_secret_access_key)
+	VALUES ('aws', 'AKIDUPGRADE', 'upgrade-secret');
+	INSERT INTO outbox.destinations (name, kind, url, credentials, options, paused)
+	VALUES ('queue', 'sqs', 'https://sqs.eu-west-1.amazonaws.com/123456789012/q', 'aws', '{"batch_size": 5}', true);
 });
 my @dead = emit_in('up', 'dump.dead', 'rejecting', 3);
 ok($node->poll_query_until('up', q{SELECT count(*) = 3 FROM outbox.events WHERE status = 'dead'}),
