@@ -10,13 +10,16 @@
  *
  * The configuration tables are checked here too (outbox._check_config()):
  * their rows hold secrets, and a constraint violation would print the
- * whole row.  No message of this file shows a header value, a URL or a
+ * whole row.  On outbox.destinations the same trigger then hands the row
+ * to DestinationValidate() (src/destination/validate.c), the checks of its
+ * kind; on outbox.credentials it revalidates the destinations a changed
+ * row serves.  No message of this file shows a header value, a URL or a
  * secret; names and keys only.
  *
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/validate.c
+ *		  src/api/validate.c
  *
  *-------------------------------------------------------------------------
  */
@@ -25,10 +28,14 @@
 #include "access/htup_details.h"
 #include "access/sysattr.h"
 #include "catalog/pg_constraint.h"
+#include "catalog/pg_type.h"
 #include "commands/comment.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
 #include "optimizer/optimizer.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/jsonb.h"
@@ -37,6 +44,7 @@
 
 #include "outbox_pg.h"
 #include "api/api.h"
+#include "destination/destination.h"
 
 #define MAX_EXTRA_HEADERS		64
 #define MAX_HEADER_NAME_LEN		256
@@ -325,17 +333,25 @@ config_column_changed(Relation rel, HeapTuple oldtup, HeapTuple newtup,
 	return !datumIsEqual(olddat, newdat, att->attbyval, att->attlen);
 }
 
+/* A column of the row by name; *isnull also when the table has none. */
+static Datum
+config_column(Relation rel, HeapTuple tup, const char *attname, bool *isnull)
+{
+	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
+
+	*isnull = true;
+	if (attnum == InvalidAttrNumber)
+		return (Datum) 0;
+	return heap_getattr(tup, attnum, RelationGetDescr(rel), isnull);
+}
+
 /* A text column of the row as a C string, or NULL. */
 static char *
 config_text_column(Relation rel, HeapTuple tup, const char *attname)
 {
-	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
 	bool		isnull;
-	Datum		d;
+	Datum		d = config_column(rel, tup, attname, &isnull);
 
-	if (attnum == InvalidAttrNumber)
-		return NULL;
-	d = heap_getattr(tup, attnum, RelationGetDescr(rel), &isnull);
 	return isnull ? NULL : TextDatumGetCString(d);
 }
 
@@ -372,6 +388,265 @@ config_check_destination_headers(Relation rel, HeapTuple oldtup,
 	(void) heap_getattr(newtup, att_bearer, RelationGetDescr(rel), &isnull);
 	check_headers(headers, psprintf("on destination \"%s\"", name),
 				  kind != NULL && strcmp(kind, "webhook") == 0 && isnull);
+}
+
+/* A text[] as a List of C strings (NULL for a null element). */
+static List *
+config_text_array_list(Datum array)
+{
+	List	   *result = NIL;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	deconstruct_array(DatumGetArrayTypeP(array), TEXTOID, -1, false,
+					  TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+		result = lappend(result, nulls[i] ? NULL : TextDatumGetCString(elems[i]));
+	return result;
+}
+
+/*
+ * Has any of the columns validation reads a different value in the new
+ * row?  An UPDATE that leaves them alone (outbox.pause(), a timeout) is not
+ * refused for a definition an older version accepted.
+ */
+static bool
+config_destination_changed(Relation rel, HeapTuple oldtup, HeapTuple newtup)
+{
+	static const char *const columns[] = {
+		"kind", "url", "options", "signing_secrets", "bearer_token",
+		"credentials", NULL
+	};
+
+	if (oldtup == NULL)
+		return true;
+	for (int i = 0; columns[i] != NULL; i++)
+	{
+		AttrNumber	attnum = get_attnum(RelationGetRelid(rel), columns[i]);
+
+		if (attnum != InvalidAttrNumber &&
+			config_column_changed(rel, oldtup, newtup, attnum))
+			return true;
+	}
+	return false;
+}
+
+/* The destination of a row of outbox.destinations, without credentials. */
+static DestinationDefinition *
+config_destination_definition(Relation rel, HeapTuple tup)
+{
+	DestinationDefinition *def = palloc0(sizeof(DestinationDefinition));
+	bool		isnull;
+	Datum		d;
+
+	def->name = config_text_column(rel, tup, "name");
+	def->kind = config_text_column(rel, tup, "kind");
+	def->url = config_text_column(rel, tup, "url");
+	d = config_column(rel, tup, "options", &isnull);
+	def->options = isnull ? NULL : DatumGetJsonbP(d);	/* NOT NULL */
+	d = config_column(rel, tup, "signing_secrets", &isnull);
+	def->signing_secrets = isnull ? NIL : config_text_array_list(d);
+	def->bearer_token = config_text_column(rel, tup, "bearer_token");
+	def->credentials_name = config_text_column(rel, tup, "credentials");
+	return def;
+}
+
+/* The credentials of a row of outbox.credentials. */
+static DestinationCredentials *
+config_credentials_of(Relation rel, HeapTuple tup)
+{
+	DestinationCredentials *c = palloc0(sizeof(DestinationCredentials));
+
+	c->name = config_text_column(rel, tup, "name");
+	c->aws_access_key_id = config_text_column(rel, tup, "aws_access_key_id");
+	c->aws_secret_access_key = config_text_column(rel, tup, "aws_secret_access_key");
+	c->aws_session_token = config_text_column(rel, tup, "aws_session_token");
+	c->username = config_text_column(rel, tup, "username");
+	c->password = config_text_column(rel, tup, "password");
+	return c;
+}
+
+/*
+ * Run a query over the configuration tables with one text parameter (SPI
+ * connected).  With a valid owner, as that role (the owner of the table the
+ * trigger fired on: the extension's owner), the way PostgreSQL's own
+ * referential integrity checks run: a credentials row a writer of
+ * destinations may name, the trigger may read, whatever SELECT the writer
+ * holds.  Returns SPI_tuptable; its rows last until SPI_finish().
+ */
+static SPITupleTable *
+config_spi_query(Oid owner, const char *sql, const char *arg)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(arg)};
+	Oid			save_userid;
+	int			save_sec_context;
+	int			rc;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	if (OidIsValid(owner))
+		SetUserIdAndSecContext(owner,
+							   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_NOFORCE_RLS);
+	rc = SPI_execute_with_args(sql, 1, argtypes, values, NULL, false, 0);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
+	return SPI_tuptable;
+}
+
+/* The credentials row of that name, or NULL (SPI connected). */
+static DestinationCredentials *
+config_read_credentials(Oid owner, const char *name)
+{
+	SPITupleTable *tt;
+	DestinationCredentials *c;
+
+	tt = config_spi_query(owner,
+						  "SELECT name, aws_access_key_id, aws_secret_access_key,"
+						  " aws_session_token, username, password"
+						  " FROM outbox.credentials"
+						  " WHERE name OPERATOR(pg_catalog.=) $1",
+						  name);
+	if (tt->numvals != 1)
+		return NULL;
+	c = palloc0(sizeof(DestinationCredentials));
+	c->name = SPI_getvalue(tt->vals[0], tt->tupdesc, 1);
+	c->aws_access_key_id = SPI_getvalue(tt->vals[0], tt->tupdesc, 2);
+	c->aws_secret_access_key = SPI_getvalue(tt->vals[0], tt->tupdesc, 3);
+	c->aws_session_token = SPI_getvalue(tt->vals[0], tt->tupdesc, 4);
+	c->username = SPI_getvalue(tt->vals[0], tt->tupdesc, 5);
+	c->password = SPI_getvalue(tt->vals[0], tt->tupdesc, 6);
+	return c;
+}
+
+/* What the queries below read of outbox.destinations, in this order. */
+#define DESTINATION_COLUMNS \
+	"name, kind, url, options, signing_secrets, bearer_token, credentials"
+
+/* The destination of row i of a query of DESTINATION_COLUMNS. */
+static DestinationDefinition *
+config_definition_of_spi_row(SPITupleTable *tt, uint64 i)
+{
+	DestinationDefinition *def = palloc0(sizeof(DestinationDefinition));
+	HeapTuple	tup = tt->vals[i];
+	TupleDesc	desc = tt->tupdesc;
+	Datum		secrets;
+	bool		isnull;
+
+	def->name = SPI_getvalue(tup, desc, 1);
+	def->kind = SPI_getvalue(tup, desc, 2);
+	def->url = SPI_getvalue(tup, desc, 3);
+	def->options = DatumGetJsonbP(SPI_getbinval(tup, desc, 4, &isnull));
+	secrets = SPI_getbinval(tup, desc, 5, &isnull);
+	if (!isnull)
+		def->signing_secrets = config_text_array_list(secrets);
+	def->bearer_token = SPI_getvalue(tup, desc, 6);
+	def->credentials_name = SPI_getvalue(tup, desc, 7);
+	return def;
+}
+
+/*
+ * outbox.destinations: the row's kind checks it (DestinationValidate()),
+ * with the credentials row it names.  On UPDATE only when a column the
+ * checks read changed.
+ */
+static void
+config_validate_destination(Relation rel, HeapTuple oldtup, HeapTuple newtup)
+{
+	DestinationDefinition *def;
+
+	if (!config_destination_changed(rel, oldtup, newtup))
+		return;
+	def = config_destination_definition(rel, newtup);
+	if (def->kind == NULL || def->url == NULL || def->name == NULL)
+		return;					/* NOT NULL columns: reported above */
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (def->credentials_name != NULL)
+		def->credentials = config_read_credentials(rel->rd_rel->relowner,
+												   def->credentials_name);
+	DestinationValidate(def);
+	SPI_finish();
+}
+
+/*
+ * outbox.credentials, on UPDATE: every destination that names the row
+ * (by its old name: a rename cascades to them afterwards) is checked again
+ * with the new values, so that taking the AWS key off a row an SQS
+ * destination signs with fails here and not at the next delivery.
+ */
+static void
+config_validate_credentials_users(Relation rel, HeapTuple oldtup,
+								  HeapTuple newtup)
+{
+	char	   *oldname = config_text_column(rel, oldtup, "name");
+	DestinationCredentials *c = config_credentials_of(rel, newtup);
+	SPITupleTable *tt;
+
+	if (oldname == NULL)
+		return;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	tt = config_spi_query(rel->rd_rel->relowner,
+						  "SELECT " DESTINATION_COLUMNS
+						  " FROM outbox.destinations"
+						  " WHERE credentials OPERATOR(pg_catalog.=) $1"
+						  " ORDER BY name",
+						  oldname);
+	for (uint64 i = 0; i < tt->numvals; i++)
+	{
+		DestinationDefinition *def = config_definition_of_spi_row(tt, i);
+
+		def->credentials_name = c->name;
+		def->credentials = c;
+		DestinationValidate(def);
+	}
+	SPI_finish();
+}
+
+PG_FUNCTION_INFO_V1(outbox__check_destination);
+
+/*
+ * outbox._check_destination(name) — the checks the trigger runs when the
+ * destination is written, on the row as it is now: for rows written by an
+ * older version, which the trigger checks only when a column its checks
+ * read is written again (the 0.3.0 update script warns about each one that
+ * fails).  ERROR if it fails.
+ */
+Datum
+outbox__check_destination(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	SPITupleTable *tt;
+	DestinationDefinition *def;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("destination name must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	tt = config_spi_query(InvalidOid,
+						  "SELECT " DESTINATION_COLUMNS
+						  " FROM outbox.destinations"
+						  " WHERE name OPERATOR(pg_catalog.=) $1",
+						  name);
+	if (tt->numvals != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("destination \"%s\" does not exist", name),
+				 errhint("See outbox.destinations for the defined destinations.")));
+	def = config_definition_of_spi_row(tt, 0);
+	if (def->credentials_name != NULL)
+		def->credentials = config_read_credentials(InvalidOid,
+												   def->credentials_name);
+	DestinationValidate(def);
+	SPI_finish();
+	PG_RETURN_VOID();
 }
 
 /* "destination \"orders\"", or the table when the key is unknown or bad */
@@ -458,8 +733,15 @@ PG_FUNCTION_INFO_V1(outbox_check_config);
  * the constraint's comment as the detail; never a value.  The constraints
  * stay as the backstop.  Foreign key and unique violations are left to
  * PostgreSQL: their detail shows the key only, and every key here is a
- * name.  On outbox.destinations the headers are then checked like
- * per-event headers.
+ * name.
+ *
+ * A third argument adds the checks of one table, after those above (so
+ * they see a row the constraints accept, in an order no trigger name
+ * decides): 'destination' checks the headers like per-event headers, then
+ * the definition against its kind (DestinationValidate(), the checks the
+ * relay's loader runs too); 'credentials' checks again, on UPDATE, every
+ * destination the row serves.  'headers' (the 0.2.1 catalog, until ALTER
+ * EXTENSION UPDATE) checks the headers only.
  */
 Datum
 outbox_check_config(PG_FUNCTION_ARGS)
@@ -545,9 +827,18 @@ outbox_check_config(PG_FUNCTION_ARGS)
 		FreeExecutorState(estate);
 	}
 
-	if (trigdata->tg_trigger->tgnargs >= 3 &&
-		strcmp(trigdata->tg_trigger->tgargs[2], "headers") == 0)
-		config_check_destination_headers(rel, oldtup, newtup, key);
+	if (trigdata->tg_trigger->tgnargs >= 3)
+	{
+		const char *what = trigdata->tg_trigger->tgargs[2];
+
+		/* "headers": the 0.2.1 catalog, until ALTER EXTENSION UPDATE */
+		if (strcmp(what, "destination") == 0 || strcmp(what, "headers") == 0)
+			config_check_destination_headers(rel, oldtup, newtup, key);
+		if (strcmp(what, "destination") == 0)
+			config_validate_destination(rel, oldtup, newtup);
+		else if (strcmp(what, "credentials") == 0 && oldtup != NULL)
+			config_validate_credentials_users(rel, oldtup, newtup);
+	}
 
 	return PointerGetDatum(newtup);
 }

@@ -30,7 +30,10 @@
  * the rest of the extension knows about a kind goes through it.
  */
 
-/* Credentials of a destination (a row of outbox.credentials). */
+/*
+ * Credentials of a destination (a row of outbox.credentials).  Validation
+ * may test which fields are set; no message ever shows one.
+ */
 typedef struct DestinationCredentials
 {
 	const char *name;
@@ -48,7 +51,11 @@ typedef enum DestinationOptionType
 	DEST_OPTION_BOOLEAN
 } DestinationOptionType;
 
-/* One key a kind accepts in outbox.destinations.options. */
+/*
+ * One key a kind accepts in outbox.destinations.options.  validate.c
+ * checks the JSON type of every key and that required ones are present
+ * before the kind's validate callback sees the definition.
+ */
 typedef struct DestinationOption
 {
 	const char *name;			/* NULL ends the array */
@@ -56,15 +63,22 @@ typedef struct DestinationOption
 	bool		required;
 } DestinationOption;
 
-/* What validation sees of one outbox.destinations row. */
+/*
+ * What validation sees of one outbox.destinations row.  The trigger on the
+ * table builds it from the new row (and the credentials row it names), the
+ * relay's loader from what it read.
+ */
 typedef struct DestinationDefinition
 {
 	const char *name;
 	const char *kind;
 	const char *url;
 	Jsonb	   *options;		/* a jsonb object, '{}' when empty */
+	List	   *signing_secrets;	/* char *, one per element; NULL for null */
+	const char *bearer_token;	/* NULL if none */
 	const char *credentials_name;	/* NULL when the row names none */
-	const DestinationCredentials *credentials;	/* that row; NULL if none */
+	/* that row; NULL if none, or if it does not exist (the foreign key says) */
+	const DestinationCredentials *credentials;
 } DestinationDefinition;
 
 typedef struct DestinationRoutine
@@ -83,7 +97,27 @@ extern const DestinationRoutine *const *DestinationRoutines(int *n);
 extern const char *DestinationKindList(void);
 
 /* validate.c */
+typedef enum DestinationCredentialsNeed
+{
+	DEST_CREDENTIALS_AWS,		/* access key id and secret access key */
+	DEST_CREDENTIALS_BASIC		/* user name and password */
+} DestinationCredentialsNeed;
+
 extern void DestinationValidate(const DestinationDefinition *def);
+extern const char *DestinationOptionText(const DestinationDefinition *def,
+										 const char *key);
+extern bool DestinationMatches(const char *value, const char *pattern,
+							   bool case_insensitive);
+extern void DestinationRequireCredentials(const DestinationDefinition *def,
+										  DestinationCredentialsNeed need);
+extern void DestinationCheckChoice(const DestinationDefinition *def,
+								   const char *key,
+								   const char *const *choices);
+extern void DestinationCheckInteger(const DestinationDefinition *def,
+									const char *key, int min, int max,
+									const char *hint);
+extern void DestinationCheckNoQuery(const DestinationDefinition *def,
+									const char *hint);
 
 /* webhook.c */
 typedef struct WebhookEvent

@@ -214,8 +214,37 @@ OutboxRabbitClassify(BrokerBatch *batch, HttpRequest *req)
 						   psprintf("HTTP %d: %s", status, text));
 }
 
+/* ---- Validation (destination/validate.c calls it) ---- */
+
+static const DestinationOption rabbitmq_options[] =
+{
+	{"vhost", DEST_OPTION_STRING, false},	/* default "/" */
+	{"exchange", DEST_OPTION_STRING, false},	/* default amq.default */
+	{"routing_key", DEST_OPTION_STRING, false}, /* default "{type}" */
+	{"unroutable", DEST_OPTION_STRING, false},	/* retry (default) or dead */
+	{NULL}
+};
+
+static const char *const rabbitmq_unroutable[] = {"retry", "dead", NULL};
+
+static void
+rabbitmq_validate(const DestinationDefinition *def)
+{
+	const char *routing_key = DestinationOptionText(def, "routing_key");
+
+	DestinationRequireCredentials(def, DEST_CREDENTIALS_BASIC);
+	DestinationCheckChoice(def, "unroutable", rabbitmq_unroutable);
+	if (routing_key != NULL && strlen(routing_key) > 255)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option routing_key is longer than 255 bytes"),
+				 errdetail("AMQP routing keys have at most 255 bytes.")));
+}
+
 const DestinationRoutine rabbitmq_routine =
 {
 	.kind = "rabbitmq",
 	.max_batch = 1,
+	.options = rabbitmq_options,
+	.validate = rabbitmq_validate,
 };

@@ -273,8 +273,51 @@ OutboxSnsClassify(BrokerBatch *batch, HttpRequest *req)
 	/* entries missing from the answer are retried by the caller */
 }
 
+/* ---- Validation (destination/validate.c calls it) ---- */
+
+static const DestinationOption sns_options[] =
+{
+	{"topic_arn", DEST_OPTION_STRING, true},
+	{"region", DEST_OPTION_STRING, false},
+	{"fifo", DEST_OPTION_BOOLEAN, false},
+	{"message_group_key", DEST_OPTION_STRING, false},
+	{"batch_size", DEST_OPTION_NUMBER, false},
+	{NULL}
+};
+
+static const char *const sns_group_keys[] = {"aggregate_id", "type", "destination", NULL};
+
+static void
+sns_validate(const DestinationDefinition *def)
+{
+	const char *arn = DestinationOptionText(def, "topic_arn");
+	const char *region = DestinationOptionText(def, "region");
+
+	DestinationRequireCredentials(def, DEST_CREDENTIALS_AWS);
+	DestinationCheckNoQuery(def, "Use the service endpoint, e.g. https://sns.eu-west-1.amazonaws.com/.");
+	if (!DestinationMatches(arn, "^arn:[a-z-]+:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]+(\\.fifo)?$",
+							false))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option topic_arn of destination \"%s\" is not an SNS topic ARN",
+						def->name),
+				 errhint("A topic ARN looks like arn:aws:sns:REGION:ACCOUNT:NAME (NAME ending in .fifo for a FIFO topic).")));
+	if (region == NULL)
+		region = OutboxAwsRegion(NULL, def->url, arn);
+	if (region == NULL || !DestinationMatches(region, "^[a-z0-9-]{1,64}$", false))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("destination \"%s\" has no AWS region", def->name),
+				 errhint("Set the option region, e.g. {\"region\": \"eu-west-1\"}; without it the region is taken from the topic ARN.")));
+	DestinationCheckChoice(def, "message_group_key", sns_group_keys);
+	DestinationCheckInteger(def, "batch_size", 1, OUTBOX_BROKER_MAX_BATCH,
+							"PublishBatch takes at most 10 entries; 1 sends every message on its own.");
+}
+
 const DestinationRoutine sns_routine =
 {
 	.kind = "sns",
 	.max_batch = OUTBOX_BROKER_MAX_BATCH,
+	.options = sns_options,
+	.validate = sns_validate,
 };

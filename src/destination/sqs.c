@@ -269,8 +269,54 @@ OutboxSqsClassify(BrokerBatch *batch, HttpRequest *req)
 	/* entries missing from the answer are retried by the caller */
 }
 
+/* ---- Validation (destination/validate.c calls it) ---- */
+
+static const DestinationOption sqs_options[] =
+{
+	{"queue_url", DEST_OPTION_STRING, false},	/* default: url */
+	{"region", DEST_OPTION_STRING, false},
+	{"fifo", DEST_OPTION_BOOLEAN, false},
+	{"message_group_key", DEST_OPTION_STRING, false},
+	{"batch_size", DEST_OPTION_NUMBER, false},
+	{NULL}
+};
+
+static const char *const sqs_group_keys[] = {"aggregate_id", "type", "destination", NULL};
+
+static void
+sqs_validate(const DestinationDefinition *def)
+{
+	const char *queue_url = DestinationOptionText(def, "queue_url");
+	const char *region = DestinationOptionText(def, "region");
+
+	DestinationRequireCredentials(def, DEST_CREDENTIALS_AWS);
+	DestinationCheckNoQuery(def, "Use the service endpoint, e.g. https://sqs.eu-west-1.amazonaws.com/.");
+	if (queue_url == NULL)
+		queue_url = def->url;
+	if (!DestinationMatches(queue_url,
+							"^https?://[^/?#[:space:]]+/[0-9A-Za-z]+/[A-Za-z0-9_-]{1,80}(\\.fifo)?$",
+							true))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("destination \"%s\" has no SQS queue URL", def->name),
+				 errdetail("Neither the option queue_url nor the url is one."),
+				 errhint("Set the option queue_url to e.g. https://sqs.eu-west-1.amazonaws.com/123456789012/orders.")));
+	if (region == NULL)
+		region = OutboxAwsRegion(NULL, def->url, NULL);
+	if (region == NULL || !DestinationMatches(region, "^[a-z0-9-]{1,64}$", false))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("destination \"%s\" has no AWS region", def->name),
+				 errhint("Set the option region, e.g. {\"region\": \"eu-west-1\"}; without it the region is taken from an sqs.REGION.amazonaws.com url.")));
+	DestinationCheckChoice(def, "message_group_key", sqs_group_keys);
+	DestinationCheckInteger(def, "batch_size", 1, OUTBOX_BROKER_MAX_BATCH,
+							"SendMessageBatch takes at most 10 entries; 1 sends every message on its own.");
+}
+
 const DestinationRoutine sqs_routine =
 {
 	.kind = "sqs",
 	.max_batch = OUTBOX_BROKER_MAX_BATCH,
+	.options = sqs_options,
+	.validate = sqs_validate,
 };

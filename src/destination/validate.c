@@ -3,8 +3,26 @@
  * validate.c
  *		  Checking a destination's definition against its kind.
  *
- * One source of truth: the trigger on outbox.destinations and the relay's
- * loader both call DestinationValidate().
+ * One source of truth: the trigger on outbox.destinations (and on
+ * outbox.credentials, for the destinations a credentials row serves) and
+ * the relay's loader both call DestinationValidate().  It checks, in this
+ * order, and raises ERRCODE_INVALID_PARAMETER_VALUE at the first mistake:
+ *
+ *	1. the kind exists (GetDestinationRoutine lists the kinds);
+ *	2. every key of options is the kind's own or common to all kinds, the
+ *	   way PostgreSQL's option validators do it: a misspelt key gets a
+ *	   "Perhaps you meant" hint, any other unknown key the list of keys;
+ *	3. every value has its key's JSON type (null is no type: a key is set
+ *	   or absent), and the kind's required keys are present;
+ *	4. the values of the common keys (below);
+ *	5. the kind's validate callback: its values, URL and credentials.
+ *
+ * The kinds check their values with the helpers at the end of this file,
+ * so the same mistake is worded the same way for every kind.  Messages name
+ * the destination, the option and the credentials row, never a value: the
+ * row holds secrets (signing secrets, tokens, URLs with a password,
+ * credentials) and, like outbox._check_config(), validation shows none of
+ * its values, options included.
  *
  * Copyright (c) 2026, outbox_pg developers
  *
@@ -15,10 +33,211 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_collation.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/numeric.h"
+#include "utils/varlena.h"
 
 #include "outbox_pg.h"
+#include "util.h"
 #include "destination/destination.h"
+
+/*
+ * Keys every kind accepts; the relay reads them whatever the kind
+ * (delivery.c: circuit_threshold; store.c and the ordering views:
+ * ordering, on_dead).
+ */
+static const DestinationOption common_options[] =
+{
+	{"circuit_threshold", DEST_OPTION_NUMBER, false},
+	{"ordering", DEST_OPTION_STRING, false},
+	{"on_dead", DEST_OPTION_STRING, false},
+	{NULL}
+};
+
+static const char *const ordering_choices[] = {"none", "aggregate", NULL};
+static const char *const on_dead_choices[] = {"block", "skip", NULL};
+
+/* the largest circuit_threshold the relay reads (six digits) */
+#define MAX_CIRCUIT_THRESHOLD	999999
+
+static const DestinationOption *
+option_find(const DestinationOption *options, const char *key, int keylen)
+{
+	for (const DestinationOption *o = options; o != NULL && o->name; o++)
+		if ((int) strlen(o->name) == keylen && strncmp(o->name, key, keylen) == 0)
+			return o;
+	return NULL;
+}
+
+static const char *
+option_type_name(DestinationOptionType type)
+{
+	switch (type)
+	{
+		case DEST_OPTION_STRING:
+			return "string";
+		case DEST_OPTION_NUMBER:
+			return "number";
+		case DEST_OPTION_BOOLEAN:
+			return "boolean";
+	}
+	return "?";					/* keep compiler quiet */
+}
+
+/* The JSON type of a value as jsonb_typeof() names it. */
+static const char *
+jsonb_type_name(const JsonbValue *v)
+{
+	switch (v->type)
+	{
+		case jbvString:
+			return "string";
+		case jbvNumeric:
+			return "number";
+		case jbvBool:
+			return "boolean";
+		case jbvNull:
+			return "null";
+		case jbvBinary:
+			return JsonContainerIsArray(v->val.binary.data) ? "array" : "object";
+		default:
+			return "object";
+	}
+}
+
+static bool
+option_type_matches(DestinationOptionType type, const JsonbValue *v)
+{
+	switch (type)
+	{
+		case DEST_OPTION_STRING:
+			return v->type == jbvString;
+		case DEST_OPTION_NUMBER:
+			return v->type == jbvNumeric;
+		case DEST_OPTION_BOOLEAN:
+			return v->type == jbvBool;
+	}
+	return false;
+}
+
+/*
+ * The accepted key closest to a misspelt one, or NULL when none is close:
+ * at most half of the key's characters edited (at least one), as
+ * PostgreSQL's own option validators judge "close".
+ */
+static const char *
+option_closest(const DestinationRoutine *routine, const char *key, int keylen)
+{
+	const DestinationOption *lists[2] = {routine->options, common_options};
+	const char *best = NULL;
+	int			best_distance = Max(1, keylen / 2) + 1;
+
+	for (int l = 0; l < lengthof(lists); l++)
+	{
+		for (const DestinationOption *o = lists[l]; o != NULL && o->name; o++)
+		{
+			int			d = varstr_levenshtein_less_equal(key, keylen,
+														  o->name, strlen(o->name),
+														  1, 1, 1,
+														  best_distance, true);
+
+			if (d < best_distance)
+			{
+				best_distance = d;
+				best = o->name;
+			}
+		}
+	}
+	return best;
+}
+
+/* "topic_arn, region, ..., on_dead": the kind's keys, then the common ones */
+static char *
+option_list(const DestinationRoutine *routine)
+{
+	const DestinationOption *lists[2] = {routine->options, common_options};
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int l = 0; l < lengthof(lists); l++)
+		for (const DestinationOption *o = lists[l]; o != NULL && o->name; o++)
+			appendStringInfo(&buf, "%s%s", buf.len > 0 ? ", " : "", o->name);
+	return buf.data;
+}
+
+/* Step 2 and 3 for one key of options. */
+static void
+option_check_key(const DestinationDefinition *def,
+				 const DestinationRoutine *routine,
+				 const JsonbValue *key, const JsonbValue *value)
+{
+	const char *k = key->val.string.val;
+	int			klen = key->val.string.len;
+	const DestinationOption *opt;
+
+	opt = option_find(routine->options, k, klen);
+	if (opt == NULL)
+		opt = option_find(common_options, k, klen);
+	if (opt == NULL)
+	{
+		const char *closest = option_closest(routine, k, klen);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown option \"%.*s\" for a destination of kind %s",
+						klen, k, def->kind),
+				 closest ?
+				 errhint("Perhaps you meant \"%s\".", closest) :
+				 errhint("The options of kind %s are: %s.",
+						 def->kind, option_list(routine))));
+	}
+	if (!option_type_matches(opt->type, value))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"%s\" of destination \"%s\" must be a %s",
+						opt->name, def->name, option_type_name(opt->type)),
+				 errdetail("The value is a JSON %s.", jsonb_type_name(value)),
+				 (value->type == jbvString && opt->type != DEST_OPTION_STRING) ?
+				 errhint("JSON numbers and booleans are written without quotes.") : 0));
+}
+
+/* Steps 2 and 3: the keys of options, their types, the required ones. */
+static void
+options_check_keys(const DestinationDefinition *def,
+				   const DestinationRoutine *routine)
+{
+	JsonbIterator *it;
+	JsonbIteratorToken tok;
+	JsonbValue	v;
+	JsonbValue	key;
+
+	if (def->options == NULL || !JB_ROOT_IS_OBJECT(def->options) ||
+		JB_ROOT_IS_SCALAR(def->options))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("options of destination \"%s\" must be a JSON object",
+						def->name)));
+
+	memset(&key, 0, sizeof(key));
+	it = JsonbIteratorInit(&def->options->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+			key = v;
+		else if (tok == WJB_VALUE)
+			option_check_key(def, routine, &key, &v);
+	}
+
+	for (const DestinationOption *o = routine->options; o != NULL && o->name; o++)
+		if (o->required && DestinationOptionText(def, o->name) == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("a destination of kind %s needs the option %s",
+							def->kind, o->name)));
+}
 
 /*
  * ERROR (22023) unless the definition is usable by its kind.
@@ -28,6 +247,143 @@ DestinationValidate(const DestinationDefinition *def)
 {
 	const DestinationRoutine *routine = GetDestinationRoutine(def->kind);
 
+	options_check_keys(def, routine);
+
+	DestinationCheckInteger(def, "circuit_threshold", 0, MAX_CIRCUIT_THRESHOLD,
+							"0 turns the circuit breaker off.");
+	DestinationCheckChoice(def, "ordering", ordering_choices);
+	DestinationCheckChoice(def, "on_dead", on_dead_choices);
+
 	if (routine->validate != NULL)
 		routine->validate(def);
+}
+
+/* ---- Helpers for the kinds' validate callbacks ---- */
+
+/*
+ * options ->> key: the value as text, NULL when the key is absent (or
+ * null).  After step 3 the value has its key's type.
+ */
+const char *
+DestinationOptionText(const DestinationDefinition *def, const char *key)
+{
+	return OutboxJsonbOption(def->options, key);
+}
+
+/*
+ * value ~ pattern (or ~*), with PostgreSQL's regular expressions, so that a
+ * check ported from SQL keeps its meaning.
+ */
+bool
+DestinationMatches(const char *value, const char *pattern,
+				   bool case_insensitive)
+{
+	return DatumGetBool(DirectFunctionCall2Coll(case_insensitive ?
+												texticregexeq : textregexeq,
+												C_COLLATION_OID,
+												CStringGetTextDatum(value),
+												CStringGetTextDatum(pattern)));
+}
+
+/*
+ * The destination names a credentials row holding what the kind signs or
+ * logs in with.  A name without a row is left to the foreign key, which
+ * reports it showing only the name.
+ */
+void
+DestinationRequireCredentials(const DestinationDefinition *def,
+							  DestinationCredentialsNeed need)
+{
+	const DestinationCredentials *c = def->credentials;
+
+	if (def->credentials_name == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a destination of kind %s needs credentials", def->kind),
+				 errhint("Insert a row into outbox.credentials and name it in the credentials column.")));
+	if (c == NULL)
+		return;
+	if (need == DEST_CREDENTIALS_AWS && c->aws_access_key_id == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("credentials \"%s\" have no AWS access key", c->name),
+				 errdetail("Destination \"%s\" of kind %s signs its requests with an AWS access key.",
+						   def->name, def->kind),
+				 errhint("Set aws_access_key_id and aws_secret_access_key in outbox.credentials.")));
+	if (need == DEST_CREDENTIALS_BASIC && c->username == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("credentials \"%s\" have no user name and password", c->name),
+				 errdetail("Destination \"%s\" of kind %s logs in with a user name and password.",
+						   def->name, def->kind),
+				 errhint("Set username and password in outbox.credentials.")));
+}
+
+/* The option, when set, is one of choices (a NULL-terminated list). */
+void
+DestinationCheckChoice(const DestinationDefinition *def, const char *key,
+					   const char *const *choices)
+{
+	const char *value = DestinationOptionText(def, key);
+	StringInfoData list;
+	int			n = 0;
+
+	if (value == NULL)
+		return;
+	for (const char *const *c = choices; *c; c++, n++)
+		if (strcmp(value, *c) == 0)
+			return;
+
+	/* "a, b or c" */
+	initStringInfo(&list);
+	for (int i = 0; i < n; i++)
+		appendStringInfo(&list, "%s%s",
+						 i == 0 ? "" : (i == n - 1 ? " or " : ", "), choices[i]);
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("option %s must be %s", key, list.data),
+			 errdetail("Destination \"%s\" sets another value.", def->name)));
+}
+
+/*
+ * The option, when set, is an integer from min to max written as one (no
+ * fraction, no exponent that leaves one): what the relay reads is then
+ * what was meant.
+ */
+void
+DestinationCheckInteger(const DestinationDefinition *def, const char *key,
+						int min, int max, const char *hint)
+{
+	const char *value = DestinationOptionText(def, key);
+	const char *p;
+	long		n;
+
+	if (value == NULL)
+		return;
+	p = value + (value[0] == '-');
+	if (*p == '\0' || strspn(p, "0123456789") != strlen(p) || strlen(p) > 9 ||
+		(n = strtol(value, NULL, 10)) < min || n > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option %s must be an integer from %d to %d", key, min, max),
+				 errdetail("Destination \"%s\" sets another value.", def->name),
+				 hint ? errhint("%s", hint) : 0));
+}
+
+/*
+ * The url has no query string.  libcurl 7.88 signs a query string unsorted
+ * (see aws.c), and the management API takes none: every parameter goes in
+ * the body.
+ */
+void
+DestinationCheckNoQuery(const DestinationDefinition *def, const char *hint)
+{
+	if (strchr(def->url, '?') != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the url of destination \"%s\" must not have a query string",
+						def->name),
+				 errdetail("Destinations of kind %s send every parameter in the request body.",
+						   def->kind),
+				 hint ? errhint("%s", hint) : 0));
 }

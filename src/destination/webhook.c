@@ -247,8 +247,71 @@ OutboxBuildWebhook(const WebhookEvent *ev, const WebhookTarget *t,
 	req->body_len = body_len;
 }
 
+/* ---- Validation (destination/validate.c calls it) ---- */
+
+static const DestinationOption webhook_options[] =
+{
+	{"source", DEST_OPTION_STRING, false},	/* ce-source */
+	{NULL}
+};
+
+/*
+ * What delivery assumes of a webhook: every signing secret decodes to a key
+ * (the relay used to drop one that did not, with a WARNING at each load),
+ * the bearer token fits on a header line, ce-source is not empty.
+ */
+static void
+webhook_validate(const DestinationDefinition *def)
+{
+	const char *source = DestinationOptionText(def, "source");
+	ListCell   *lc;
+
+	foreach(lc, def->signing_secrets)
+	{
+		const char *secret = lfirst(lc);
+		StringInfoData key;
+
+		if (secret == NULL)
+			continue;
+		initStringInfo(&key);
+		if (!OutboxDecodeSigningSecret(secret, &key))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("signing secret %d of destination \"%s\" is not valid base64",
+							foreach_current_index(lc) + 1, def->name),
+					 errhint("A Standard Webhooks secret is \"whsec_\" followed by base64, padded with \"=\" to a multiple of four characters.")));
+		pfree(key.data);
+	}
+
+	if (def->bearer_token != NULL)
+	{
+		if (def->bearer_token[0] == '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("bearer_token of destination \"%s\" must not be empty",
+							def->name),
+					 errhint("Set bearer_token to NULL to send no Authorization header.")));
+		for (const unsigned char *p = (const unsigned char *) def->bearer_token; *p; p++)
+			if (*p < 0x20 || *p == 0x7f)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("bearer_token of destination \"%s\" must not contain control characters",
+								def->name),
+						 errdetail("The token is sent on the Authorization header line.")));
+	}
+
+	if (source != NULL && source[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option source of destination \"%s\" must not be empty",
+						def->name),
+				 errhint("Remove the option to send the default, urn:outbox_pg:DATABASE.")));
+}
+
 const DestinationRoutine webhook_routine =
 {
 	.kind = "webhook",
 	.max_batch = 1,
+	.options = webhook_options,
+	.validate = webhook_validate,
 };

@@ -223,6 +223,7 @@ VALUES ('hp_sqs', 'sqs', 'https://sqs.eu-west-1.amazonaws.com/', 'hp_c',
         '{"x-h": "v"}');
 UPDATE outbox.destinations SET timeout_ms = 5000 WHERE name OPERATOR(pg_catalog.=) 'hp_sqs';
 UPDATE outbox.credentials SET name = 'hp_c2' WHERE name OPERATOR(pg_catalog.=) 'hp_c';
+SELECT outbox._check_destination('hp_sqs') AS checked;
 UPDATE outbox.routes SET priority = 5 WHERE pattern OPERATOR(pg_catalog.=) 'hp.*';
 INSERT INTO inbox.handlers (pattern, function) VALUES ('hp2.*', 'public.hp_handler(inbox.messages)');
 DELETE FROM inbox.handlers WHERE pattern OPERATOR(pg_catalog.=) 'hp2.*';

@@ -8,7 +8,9 @@
 #    event of both databases reaches the sink (zero lost).
 #  - A fresh install of the default version and an upgraded 0.1.0 install
 #    have identical extension objects (definitions, columns, constraints,
-#    indexes, triggers, ACLs, comments, pg_dump configuration).
+#    indexes, triggers, ACLs, comments, pg_dump configuration); so does an
+#    install of 0.2.0 updated, which warns about a destination 0.2.0
+#    accepted and the checks of 0.3.0 refuse.
 #  - pg_dump of a database with the extension restored into a fresh
 #    database keeps destinations, routes, pending and dead events and
 #    claims, drops published events, and the restored database's relay
@@ -194,6 +196,27 @@ ok(scalar(@fresh) > 50, 'the catalog query sees the extension objects (' . scala
 is(join("\n", grep { !$in_upgraded{$_} } @fresh), '', 'nothing of a fresh install is missing or different after the upgrade');
 is(join("\n", grep { !$in_fresh{$_} } @upgraded), '', 'nothing extra or different in the upgraded install');
 
+# an install of 0.2.0 updated to the default version: the same catalog
+# too; the update names each destination 0.2.0 accepted that the checks of
+# 0.3.0 refuse, and the destination stays
+$node->safe_psql('postgres', 'CREATE DATABASE up020');
+$node->safe_psql('up020', qq{
+	CREATE EXTENSION outbox_pg VERSION '0.2.0';
+	INSERT INTO outbox.destinations (name, url, options) VALUES ('legacy', '$u/ok/legacy', '{"colour": "blue"}');
+});
+my ($up_ret, $up_out, $up_err) = $node->psql('up020', 'ALTER EXTENSION outbox_pg UPDATE');
+is($up_ret, 0, 'ALTER EXTENSION UPDATE from 0.2.0 succeeds') or diag($up_err);
+like($up_err, qr/WARNING:  unknown option "colour" for a destination of kind webhook/,
+	'the update warns about a destination the checks of 0.3.0 refuse');
+like($up_err, qr/Destination "legacy" was written by a version that did not check this/,
+	'and names it');
+is($node->safe_psql('up020', q{SELECT extversion || ' ' || (SELECT count(*) FROM outbox.destinations) FROM pg_extension WHERE extname = 'outbox_pg'}),
+	"$default_version 1", "0.2.0 updated to $default_version, the destination kept");
+my @from020 = split /\n(?=\S)/, $node->safe_psql('up020', $catalog_sql);
+my %in_from020 = map { $_ => 1 } @from020;
+is(join("\n", grep { !$in_from020{$_} } @fresh), '', 'nothing of a fresh install is missing or different after an update from 0.2.0');
+is(join("\n", grep { !$in_fresh{$_} } @from020), '', 'nothing extra or different after an update from 0.2.0');
+
 # pg_dump and restore into a fresh database
 $node->safe_psql('up', qq{
 	INSERT INTO outbox.destinations (name, url, timeout_ms, max_attempts, backoff_base_ms, backoff_max_ms)
@@ -201,6 +224,11 @@ $node->safe_psql('up', qq{
 	       ('rejecting', '$u/status/422/dump', 1000, 5, 50, 200);
 	INSERT INTO outbox.routes (pattern, destination, priority) VALUES ('dump.*', 'later', 10);
 	UPDATE outbox.destinations SET paused = true WHERE name = 'later';
+	-- restored through the trigger's checks, which read its credentials
+	INSERT INTO outbox.credentials (name, aws_access_key_id, aws_secret_access_key)
+	VALUES ('aws', 'AKIDUPGRADE', 'upgrade-secret');
+	INSERT INTO outbox.destinations (name, kind, url, credentials, options, paused)
+	VALUES ('queue', 'sqs', 'https://sqs.eu-west-1.amazonaws.com/123456789012/q', 'aws', '{"batch_size": 5}', true);
 });
 my @dead = emit_in('up', 'dump.dead', 'rejecting', 3);
 ok($node->poll_query_until('up', q{SELECT count(*) = 3 FROM outbox.events WHERE status = 'dead'}),
