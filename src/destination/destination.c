@@ -20,11 +20,6 @@
 #include "outbox_pg.h"
 #include "destination/destination.h"
 
-extern const DestinationRoutine webhook_routine;
-extern const DestinationRoutine sns_routine;
-extern const DestinationRoutine sqs_routine;
-extern const DestinationRoutine rabbitmq_routine;
-
 static const DestinationRoutine *const routines[] =
 {
 	&webhook_routine,

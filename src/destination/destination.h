@@ -91,6 +91,12 @@ typedef struct DestinationRoutine
 	void		(*validate) (const DestinationDefinition *def); /* ERROR 22023 */
 } DestinationRoutine;
 
+/* the kinds (each defined at the end of its own file) */
+extern const DestinationRoutine webhook_routine;
+extern const DestinationRoutine sns_routine;
+extern const DestinationRoutine sqs_routine;
+extern const DestinationRoutine rabbitmq_routine;
+
 /* destination.c */
 extern const DestinationRoutine *GetDestinationRoutine(const char *kind);
 extern const DestinationRoutine *const *DestinationRoutines(int *n);
