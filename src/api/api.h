@@ -62,7 +62,4 @@ extern void OutboxLockAggregate(const char *destination,
 /* emit.c */
 extern void OutboxGenerateUuidV7(unsigned char *out);
 
-/* ops.c */
-extern void OutboxOpsCheckBacklog(const char *database_name);
-
 #endif							/* OUTBOX_API_H */
