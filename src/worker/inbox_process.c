@@ -369,8 +369,9 @@ inbox_record_failure(InboxMessage *msg, const char *error)
 		elog(ERROR, "could not record an inbox handler failure");
 	if (dead)
 		ereport(LOG,
-				(errmsg("outbox_pg inbox message \"%s\" is dead after %d attempts: %s",
-						msg->id, msg->attempts, error),
+				(errmsg("outbox_pg inbox message \"%s\" is dead after %d attempts",
+						msg->id, msg->attempts),
+				 errdetail_internal("%s", error),
 				 errhint("Fix the handler, then call inbox.redrive() or inbox.purge().")));
 }
 

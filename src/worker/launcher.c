@@ -144,7 +144,8 @@ launcher_list_databases(int *count)
 	{
 		ereport(LOG,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid list syntax in outbox.databases; the relayed databases stay as they were"),
+				 errmsg("invalid list syntax in outbox.databases"),
+				 errdetail("The relayed databases stay as they were."),
 				 errhint("Use a comma-separated list of database names, or *, and reload.")));
 		*count = 0;
 		return NULL;
