@@ -169,33 +169,24 @@ typedef struct DestStatsShared
 static DestStatsShared *deststats = NULL;
 static TimestampTz last_full_warning = 0;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-static void deststats_shmem_request(void);
-static void deststats_shmem_startup(void);
 static void deststats_reset(DestStats *ds, Oid dboid, const char *name);
 static bool deststats_better_victim(DestStats *a, DestStats *b);
 static ResultClass deststats_class(int status);
 
-static void
-deststats_shmem_request(void)
+/* Called from shmem.c's request hook. */
+void
+OutboxDestStatsShmemRequest(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(sizeof(DestStatsShared)));
 	RequestNamedLWLockTranche("outbox_pg destinations", 1);
 }
 
-static void
-deststats_shmem_startup(void)
+/* Called from shmem.c's startup hook, under AddinShmemInitLock. */
+void
+OutboxDestStatsShmemStartup(void)
 {
 	bool		found;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	deststats = ShmemInitStruct("outbox_pg destinations",
 								sizeof(DestStatsShared), &found);
 	if (!found)
@@ -205,16 +196,6 @@ deststats_shmem_startup(void)
 		for (int i = 0; i < DESTSTATS_MAX; i++)
 			SpinLockInit(&deststats->entries[i].mutex);
 	}
-	LWLockRelease(AddinShmemInitLock);
-}
-
-void
-OutboxDestStatsShmemInit(void)
-{
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = deststats_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = deststats_shmem_startup;
 }
 
 static void

@@ -18,7 +18,8 @@
 /* deststats.c */
 typedef struct DestStats DestStats;
 
-extern void OutboxDestStatsShmemInit(void);
+extern void OutboxDestStatsShmemRequest(void);
+extern void OutboxDestStatsShmemStartup(void);
 extern DestStats *OutboxDestStatsAttach(int slot, const char *name);
 extern void OutboxDestStatsSetInFlight(DestStats *ds, int slot, int n);
 extern void OutboxDestStatsRecordResult(DestStats *ds, TimestampTz now,

@@ -23,7 +23,6 @@
 #include "outbox_pg.h"
 #include "guc.h"
 #include "shmem.h"
-#include "deststats.h"
 #include "api/api.h"
 #include "worker/worker.h"
 
@@ -41,6 +40,5 @@ _PG_init(void)
 		return;
 
 	OutboxShmemInit();
-	OutboxDestStatsShmemInit();
 	OutboxRegisterLauncher();
 }

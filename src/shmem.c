@@ -17,6 +17,10 @@
  * interval covers a missed one.  Counters are atomics, so a worker never
  * takes the lock per event.
  *
+ * This file owns the library's one pair of shared-memory hooks: the
+ * request and startup hooks below also size and attach the destinations'
+ * statistics and circuits (deststats.c), as pgstat does for its kinds.
+ *
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
@@ -35,7 +39,7 @@
 #include "outbox_pg.h"
 #include "shmem.h"
 #include "peertext.h"
-#include "worker/worker.h"
+#include "deststats.h"
 
 OutboxShared *outbox_shared = NULL;
 
@@ -49,6 +53,7 @@ outbox_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(sizeof(OutboxShared)));
 	RequestNamedLWLockTranche("outbox_pg", 1);
+	OutboxDestStatsShmemRequest();
 }
 
 static void
@@ -73,9 +78,15 @@ outbox_shmem_startup(void)
 			pg_atomic_init_u64(&outbox_shared->slots[i].failed, 0);
 		}
 	}
+	OutboxDestStatsShmemStartup();
 	LWLockRelease(AddinShmemInitLock);
 }
 
+/*
+ * Install the library's only pair of shared-memory hooks (the request hook
+ * exists from PostgreSQL 15 on; RequestAddinShmemSpace must be called from
+ * it).  Called by _PG_init when the library is preloaded.
+ */
 void
 OutboxShmemInit(void)
 {

@@ -65,7 +65,4 @@ extern void OutboxLockAggregate(const char *destination,
 /* emit.c */
 extern Datum OutboxPayloadArg(FunctionCallInfo fcinfo, int argno, bool event);
 
-/* ops.c */
-extern void OutboxOpsCheckBacklog(const char *database_name);
-
 #endif							/* OUTBOX_API_H */

@@ -1,25 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * ops.c
- *		  Operability: the relay's backlog warning, outbox.wait_published()
- *		  and the C helpers of the monitoring and admin SQL functions.
+ *		  Operability: outbox.wait_published() and the C helpers of the
+ *		  monitoring and admin SQL functions (the relay's backlog warning is
+ *		  in worker/housekeeping.c).
  *
  * Design notes:
  *
- *	- The worst outbox failure is silent: events pile up while everything
- *	  else looks healthy.  Relay 0 of each database therefore looks at the
- *	  age of the oldest pending event every few seconds, inside a cycle's
- *	  transaction it has open anyway, and logs a WARNING when it is above
- *	  outbox.pending_age_warning — at most once a minute while that holds,
- *	  and a LOG line when it recovers.  The query aggregates the pending
- *	  rows, so it costs what the backlog costs (0.3 s for 200,000 pending
- *	  among 1.2 million rows on the development VM); a check that took t ms is not repeated before
- *	  50 t ms (5 to 60 s), so it never takes more than 2% of the relay's
- *	  time.  If no relay runs at all, nobody logs: outbox.health() reports
- *	  that case, and it is what to alert on.
- *	- "Pending age" counts from the event's creation, but an event that
- *	  was never attempted and is scheduled for later (emit(..., not_before))
- *	  does not count before it is due; the SQL views use the same rule.
  *	- outbox.wait_published() polls the event's status with a fresh
  *	  snapshot each time (READ COMMITTED), sleeping on the latch between
  *	  polls (5 ms doubling up to 100 ms), so it is interruptible and costs
@@ -53,10 +40,6 @@
 #include "worker/worker.h"
 #include "destination/destination.h"
 
-#define BACKLOG_CHECK_MS		5000
-#define BACKLOG_CHECK_MAX_MS	60000
-#define BACKLOG_COST_FACTOR		50
-#define BACKLOG_WARN_EVERY_MS	60000
 #define WAIT_MIN_SLEEP_MS		5
 #define WAIT_MAX_SLEEP_MS		100
 
@@ -64,90 +47,7 @@ PG_FUNCTION_INFO_V1(outbox_wake);
 PG_FUNCTION_INFO_V1(outbox_relay_presence);
 PG_FUNCTION_INFO_V1(outbox_wait_published);
 
-static SPIPlanPtr backlog_plan = NULL;
 static SPIPlanPtr status_plan = NULL;
-static TimestampTz backlog_checked_at = 0;
-static long backlog_interval_ms = BACKLOG_CHECK_MS;
-static TimestampTz backlog_warned_at = 0;
-static bool backlog_warning = false;
-
-/*
- * Relay 0's backlog check; called in a relay cycle's transaction, with
- * SPI connected and the events table locked.  Does nothing more often
- * than every BACKLOG_CHECK_MS.
- */
-void
-OutboxOpsCheckBacklog(const char *database_name)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	int			threshold = outbox_pending_age_warning;
-	double		age = 0;
-	char	   *destination = NULL;
-	int64		pending = 0;
-
-	if (!TimestampDifferenceExceeds(backlog_checked_at, now, backlog_interval_ms))
-		return;
-	backlog_checked_at = now;
-
-	if (threshold > 0)
-	{
-		bool		isnull;
-
-		OutboxKeepPlan(&backlog_plan,
-					   "SELECT coalesce(e.destination, '(unrouted)'),"
-					   "       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-)"
-					   "                                     pg_catalog.min(e.created_at)),"
-					   "       pg_catalog.count(*)"
-					   "  FROM outbox.events AS e"
-					   " WHERE e.status OPERATOR(pg_catalog.=) 'pending'"
-					   "   AND (e.attempts OPERATOR(pg_catalog.>) 0"
-					   "        OR e.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
-					   " GROUP BY e.destination ORDER BY 2 DESC LIMIT 1",
-					   0, NULL);
-		if (SPI_execute_plan(backlog_plan, NULL, NULL, true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not measure the outbox backlog");
-		if (SPI_processed > 0)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[0];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-
-			destination = SPI_getvalue(tup, desc, 1);
-			age = DatumGetFloat8(SPI_getbinval(tup, desc, 2, &isnull));
-			pending = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
-		}
-
-		/* a large backlog is measured less often: at most 2% of the time */
-		backlog_interval_ms =
-			Min(BACKLOG_CHECK_MAX_MS,
-				Max(BACKLOG_CHECK_MS,
-					BACKLOG_COST_FACTOR *
-					(long) ((GetCurrentTimestamp() - now) / 1000)));
-	}
-
-	if (threshold > 0 && destination != NULL && age >= threshold)
-	{
-		if (!backlog_warning ||
-			TimestampDifferenceExceeds(backlog_warned_at, now, BACKLOG_WARN_EVERY_MS))
-		{
-			ereport(WARNING,
-					(errcode(ERRCODE_WARNING),
-					 errmsg("outbox_pg: the oldest pending event in database \"%s\" is %.0f s old",
-							database_name, age),
-					 errdetail("Destination \"%s\" has %lld pending events; outbox.pending_age_warning is %d s.",
-							   destination, (long long) pending, threshold),
-					 errhint("See outbox.health() and outbox.destination_stats: the destination may be down, paused or unrouted, or the relay may not keep up.")));
-			backlog_warned_at = now;
-		}
-		backlog_warning = true;
-	}
-	else if (backlog_warning)
-	{
-		ereport(LOG,
-				(errmsg("outbox_pg: pending events in database \"%s\" are younger than outbox.pending_age_warning again",
-						database_name)));
-		backlog_warning = false;
-	}
-}
 
 /*
  * outbox._wake(): wake this database's relays when the transaction

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * inbox_worker.c
+ * inbox_process.c
  *		  Run received inbox messages through their handlers; expire what
  *		  the inbox no longer needs.
  *
@@ -74,12 +74,13 @@
  * cycle when they are not free (DROP or ALTER EXTENSION in progress) or
  * the tables do not exist (extension not updated to 0.2.0).  Errors are
  * caught here, logged (the same one at most once a minute) and end the
- * cycle; they never reach the relay's own error handling.
+ * cycle (step.c reports them); they never reach the relay's own error
+ * handling.
  *
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/inbox_worker.c
+ *		  src/worker/inbox_process.c
  *
  *-------------------------------------------------------------------------
  */
@@ -90,15 +91,12 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
-#include "commands/extension.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
 #include "pgstat.h"
-#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -106,7 +104,6 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/regproc.h"
-#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timeout.h"
@@ -155,8 +152,8 @@ static TimestampTz last_retention_at = 0;
 static TimestampTz last_empty_at = 0;	/* last lease that found nothing */
 static bool retention_behind = false;
 static int	warned_retention = -1;
-static char last_logged_error[OUTBOX_ERROR_LEN];
-static TimestampTz last_logged_at = 0;
+static WorkerErrorThrottle inbox_errors;
+static const char *inbox_doing = "";	/* for the context of an error */
 
 static SPIPlanPtr lease_plan = NULL;
 static SPIPlanPtr fetch_plan = NULL;
@@ -164,6 +161,15 @@ static SPIPlanPtr processed_plan = NULL;
 static SPIPlanPtr failed_plan = NULL;
 static SPIPlanPtr expire_messages_plan = NULL;
 static SPIPlanPtr expire_claims_plan = NULL;
+
+static void inbox_prepare_plans(void);
+
+/* A transaction of the inbox: the extension and its inbox tables. */
+static const WorkerStepSpec inbox_step =
+{
+	WORKER_CHECK_EXTENSION, INBOX_SCHEMA, inbox_tables, lengthof(inbox_tables),
+	inbox_prepare_plans
+};
 
 static void
 inbox_prepare_plans(void)
@@ -175,10 +181,10 @@ inbox_prepare_plans(void)
 	Oid			expire_messages_types[2] = {INTERVALOID, INT4OID};
 	Oid			expire_claims_types[1] = {INT4OID};
 
-	OutboxKeepPlan(&lease_plan,
+	WorkerKeepPlan(&lease_plan,
 				   "SELECT l.id, l.attempts FROM inbox._lease($1, $2) AS l",
 				   2, lease_types);
-	OutboxKeepPlan(&fetch_plan,
+	WorkerKeepPlan(&fetch_plan,
 				   "SELECT m, m.id, m.type, m.attempts, h.function::pg_catalog.oid,"
 				   " h.max_attempts, h.backoff_base_ms, h.backoff_max_ms"
 				   "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS l(id, attempts)"
@@ -190,21 +196,21 @@ inbox_prepare_plans(void)
 				   " ORDER BY m.seq"
 				   "   FOR UPDATE OF m SKIP LOCKED",
 				   2, fetch_types);
-	OutboxKeepPlan(&processed_plan,
+	WorkerKeepPlan(&processed_plan,
 				   "UPDATE inbox.messages AS m"
 				   "   SET status = 'processed', processed_at = pg_catalog.now(),"
 				   "       last_error = NULL"
 				   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($1)"
 				   "   AND m.status OPERATOR(pg_catalog.=) 'pending'",
 				   1, processed_types);
-	OutboxKeepPlan(&failed_plan,
+	WorkerKeepPlan(&failed_plan,
 				   "UPDATE inbox.messages AS m"
 				   "   SET status = CASE WHEN $2 THEN 'dead' ELSE 'pending' END,"
 				   "       next_attempt_at = $3, last_error = $4"
 				   " WHERE m.id OPERATOR(pg_catalog.=) $1"
 				   "   AND m.status OPERATOR(pg_catalog.=) 'pending'",
 				   4, failed_types);
-	OutboxKeepPlan(&expire_messages_plan,
+	WorkerKeepPlan(&expire_messages_plan,
 				   "DELETE FROM inbox.messages AS m"
 				   " WHERE m.id OPERATOR(pg_catalog.=) ANY (ARRAY("
 				   "        SELECT o.id FROM inbox.messages AS o"
@@ -215,7 +221,7 @@ inbox_prepare_plans(void)
 				   "           FOR UPDATE SKIP LOCKED))"
 				   "   AND m.status OPERATOR(pg_catalog.=) 'processed'",
 				   2, expire_messages_types);
-	OutboxKeepPlan(&expire_claims_plan,
+	WorkerKeepPlan(&expire_claims_plan,
 				   "DELETE FROM inbox.claims AS c"
 				   " WHERE c.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 				   "        SELECT x.ctid FROM inbox.claims AS x"
@@ -225,38 +231,6 @@ inbox_prepare_plans(void)
 				   "           FOR UPDATE SKIP LOCKED))"
 				   "   AND c.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()",
 				   1, expire_claims_types);
-}
-
-/*
- * Start a transaction; false (transaction still open) when the cycle must
- * be skipped: extension or inbox tables missing, or a table locked by DROP
- * or ALTER EXTENSION.
- */
-static bool
-inbox_begin(void)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	MemoryContextSwitchTo(inbox_context);
-
-	if (!OidIsValid(get_extension_oid("outbox_pg", true)) ||
-		!OutboxLockTablesNoWait(INBOX_SCHEMA, inbox_tables, lengthof(inbox_tables)))
-		return false;
-	inbox_prepare_plans();
-	MemoryContextSwitchTo(inbox_context);
-	return true;
-}
-
-static void
-inbox_commit(void)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(inbox_context);
 }
 
 /*
@@ -325,52 +299,45 @@ inbox_call_handler(InboxMessage *msg)
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 }
 
+/* The handler's part of a message, in its subtransaction. */
+static void
+inbox_handler_step(void *arg)
+{
+	inbox_call_handler((InboxMessage *) arg);
+	/* the processed mark must see the handler's writes */
+	CommandCounterIncrement();
+}
+
 /*
- * Run one message through its handler in a subtransaction.  Returns NULL
- * on success, else the error text (the subtransaction rolled back).
+ * Run one message through its handler in a subtransaction, in msgcxt
+ * (reset afterwards).  Returns NULL on success, else the error text,
+ * allocated in the caller's memory context (the subtransaction rolled
+ * back).
  */
 static char *
 inbox_run_message(InboxMessage *msg, MemoryContext msgcxt)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	char	   *volatile error = NULL;
+	ErrorData  *edata;
+	char	   *error = NULL;
 
 	if (!OidIsValid(msg->handler))
 		return psprintf("no inbox handler matches message type \"%s\"", msg->type);
 
-	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(msgcxt);
-	PG_TRY();
+	if (!WorkerRunInSubtransaction(inbox_handler_step, msg, &edata))
 	{
-		inbox_call_handler(msg);
-		/* the processed mark must see the handler's writes */
-		CommandCounterIncrement();
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcxt);
+		/* the rollback restored the user and the settings, not the timer */
 		if (outbox_inbox_handler_timeout > 0)
 			disable_timeout(STATEMENT_TIMEOUT, false);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-
 		/* cut between characters: the text is stored and dumped */
+		MemoryContextSwitchTo(oldcxt);
 		error = psprintf("%s: %.*s", unpack_sql_state(edata->sqlerrcode),
 						 pg_mbcliplen(edata->message, strlen(edata->message),
 									  INBOX_ERROR_LEN),
 						 edata->message);
-		FreeErrorData(edata);
 	}
-	PG_END_TRY();
+	MemoryContextSwitchTo(oldcxt);
 	MemoryContextReset(msgcxt);
 	return error;
 }
@@ -398,35 +365,26 @@ inbox_record_failure(InboxMessage *msg, const char *error)
 		elog(ERROR, "could not record an inbox handler failure");
 	if (dead)
 		ereport(LOG,
-				(errmsg("outbox_pg inbox message \"%s\" is dead after %d attempts: %s",
-						msg->id, msg->attempts, error),
+				(errmsg("outbox_pg inbox message \"%s\" is dead after %d attempts",
+						msg->id, msg->attempts),
+				 errdetail_internal("%s", error),
 				 errhint("Fix the handler, then call inbox.redrive() or inbox.purge().")));
 }
 
 /*
- * Lease and process one batch.  Returns true when the batch was full
- * (more may be due).
+ * Step 1: lease up to INBOX_BATCH due messages, in a transaction of its
+ * own.  Their ids and attempt counts are returned in inbox_context.
  */
-static bool
-inbox_process(int *nleased_out)
+static int
+inbox_lease(Datum **ids, Datum **attempts)
 {
 	Datum		args[2];
 	Interval   *lease;
-	Datum	   *ids;
-	Datum	   *attempts;
 	int			nleased;
-	int			nmsgs;
-	InboxMessage *msgs;
-	Datum	   *done;
-	int			ndone = 0;
-	MemoryContext msgcxt;
 
-	/* 1. lease */
-	if (!inbox_begin())
-	{
-		inbox_commit();
-		return false;
-	}
+	inbox_doing = "leasing inbox messages";
+	if (!WorkerStepBegin(&inbox_step, NULL, NULL))
+		return 0;
 	lease = palloc0(sizeof(Interval));
 	lease->time = (int64) outbox_lease_margin * 1000;
 	args[0] = Int32GetDatum(INBOX_BATCH);
@@ -435,40 +393,41 @@ inbox_process(int *nleased_out)
 		elog(ERROR, "could not lease inbox messages");
 	nleased = (int) SPI_processed;
 	MemoryContextSwitchTo(inbox_context);
-	ids = palloc(Max(nleased, 1) * sizeof(Datum));
-	attempts = palloc(Max(nleased, 1) * sizeof(Datum));
+	*ids = palloc(Max(nleased, 1) * sizeof(Datum));
+	*attempts = palloc(Max(nleased, 1) * sizeof(Datum));
 	for (int i = 0; i < nleased; i++)
 	{
 		bool		isnull;
 		HeapTuple	tup = SPI_tuptable->vals[i];
 
-		ids[i] = datumCopy(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull),
-						   false, -1);
-		attempts[i] = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
+		(*ids)[i] = datumCopy(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull),
+							  false, -1);
+		(*attempts)[i] = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
 	}
-	inbox_commit();
-	*nleased_out = nleased;
-	if (nleased == 0)
-		return false;
+	WorkerStepCommit();
+	return nleased;
+}
 
-	/* 2. process */
-	pgstat_report_activity(STATE_RUNNING, "processing inbox messages");
-	if (!inbox_begin())
-	{
-		/* being dropped: the leases run out by themselves */
-		inbox_commit();
-		return false;
-	}
+/*
+ * Step 2, first part: lock the leased messages that are still ours and
+ * read them, with their handler, into inbox_context.
+ */
+static InboxMessage *
+inbox_fetch(Datum *ids, Datum *attempts, int nleased, int *nmsgs)
+{
+	Datum		args[2];
+	InboxMessage *msgs;
+
 	args[0] = PointerGetDatum(construct_array(ids, nleased, TEXTOID, -1, false,
 											  TYPALIGN_INT));
 	args[1] = PointerGetDatum(construct_array(attempts, nleased, INT4OID, 4, true,
 											  TYPALIGN_INT));
 	if (SPI_execute_plan(fetch_plan, args, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read leased inbox messages");
-	nmsgs = (int) SPI_processed;
+	*nmsgs = (int) SPI_processed;
 	MemoryContextSwitchTo(inbox_context);
-	msgs = palloc0(Max(nmsgs, 1) * sizeof(InboxMessage));
-	for (int i = 0; i < nmsgs; i++)
+	msgs = palloc0(Max(*nmsgs, 1) * sizeof(InboxMessage));
+	for (int i = 0; i < *nmsgs; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
@@ -492,6 +451,20 @@ inbox_process(int *nleased_out)
 		}
 	}
 	SPI_freetuptable(SPI_tuptable);
+	return msgs;
+}
+
+/*
+ * Step 2, second part: run each message through its handler; record the
+ * failures and mark the successes processed.
+ */
+static void
+inbox_run_batch(InboxMessage *msgs, int nmsgs)
+{
+	MemoryContext msgcxt;
+	Datum	   *done;
+	int			ndone = 0;
+	Datum		args[1];
 
 	msgcxt = AllocSetContextCreate(inbox_context, "outbox_pg inbox message",
 								   ALLOCSET_DEFAULT_SIZES);
@@ -515,7 +488,33 @@ inbox_process(int *nleased_out)
 		if (SPI_execute_plan(processed_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not mark inbox messages processed");
 	}
-	inbox_commit();
+}
+
+/*
+ * Lease and process one batch.  Returns true when the batch was full
+ * (more may be due).
+ */
+static bool
+inbox_process(int *nleased_out)
+{
+	Datum	   *ids;
+	Datum	   *attempts;
+	int			nleased;
+	int			nmsgs;
+	InboxMessage *msgs;
+
+	nleased = inbox_lease(&ids, &attempts);
+	*nleased_out = nleased;
+	if (nleased == 0)
+		return false;
+
+	inbox_doing = "processing inbox messages";
+	pgstat_report_activity(STATE_RUNNING, inbox_doing);
+	if (!WorkerStepBegin(&inbox_step, NULL, NULL))
+		return false;			/* being dropped: the leases run out by themselves */
+	msgs = inbox_fetch(ids, attempts, nleased, &nmsgs);
+	inbox_run_batch(msgs, nmsgs);
+	WorkerStepCommit();
 	return nleased >= INBOX_BATCH;
 }
 
@@ -549,12 +548,10 @@ inbox_retention(void)
 	else
 		warned_retention = -1;
 
-	if (!inbox_begin())
-	{
-		inbox_commit();
+	inbox_doing = "expiring inbox messages and claims";
+	if (!WorkerStepBegin(&inbox_step, NULL, NULL))
 		return false;
-	}
-	pgstat_report_activity(STATE_RUNNING, "expiring inbox messages and claims");
+	pgstat_report_activity(STATE_RUNNING, inbox_doing);
 	keep = palloc0(sizeof(Interval));
 	keep->time = (int64) keep_secs * USECS_PER_SEC;
 	args[0] = IntervalPGetDatum(keep);
@@ -566,7 +563,7 @@ inbox_retention(void)
 	if (SPI_execute_plan(expire_claims_plan, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not delete expired inbox claims");
 	nclaims = SPI_processed;
-	inbox_commit();
+	WorkerStepCommit();
 	if (nmessages > 0 || nclaims > 0)
 		elog(DEBUG1, "outbox_pg inbox retention deleted " UINT64_FORMAT " messages and " UINT64_FORMAT " claims",
 			 nmessages, nclaims);
@@ -624,23 +621,10 @@ InboxWorkerCycle(bool run_retention, long *wait_ms)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-		bool		repeated;
-
-		MemoryContextSwitchTo(TopMemoryContext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		now = GetCurrentTimestamp();
-		repeated = (strcmp(last_logged_error, edata->message) == 0 &&
-					!TimestampDifferenceExceeds(last_logged_at, now, 60000));
-		strlcpy(last_logged_error, edata->message, sizeof(last_logged_error));
-		if (!repeated)
-			last_logged_at = now;
-		ereport(repeated ? DEBUG1 : LOG,
-				(errmsg("outbox_pg inbox cycle failed: %s", edata->message),
-				 errhint("Leased inbox messages are processed again when their lease runs out.")));
-		FreeErrorData(edata);
+		MemoryContextSwitchTo(oldcxt);
+		WorkerReportCycleError(&inbox_errors, NULL,
+							   "Leased inbox messages are processed again when their lease runs out.",
+							   "while %s", inbox_doing);
 		more = false;
 	}
 	PG_END_TRY();

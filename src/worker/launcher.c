@@ -25,7 +25,7 @@
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/launcher.c
+ *		  src/worker/launcher.c
  *
  *-------------------------------------------------------------------------
  */
@@ -65,6 +65,19 @@ typedef struct LauncherDatabase
 static BackgroundWorkerHandle *handles[OUTBOX_MAX_RELAYS];
 static int	failures[OUTBOX_MAX_RELAYS];
 static TimestampTz last_no_slot_warning = 0;
+
+/* The databases to relay, as last read from pg_database. */
+static LauncherDatabase *listed = NULL;
+static int	nlisted = 0;
+static MemoryContext listed_context = NULL;
+static TimestampTz last_list = 0;	/* when; 0: read again now */
+static Oid	last_list_for = InvalidOid; /* the wanted database it was for */
+
+/* The launcher reads a shared catalog: no database, nothing to check. */
+static const WorkerStepSpec launcher_step =
+{
+	WORKER_CHECK_NONE, NULL, NULL, 0, NULL
+};
 
 void
 OutboxRegisterLauncher(void)
@@ -113,7 +126,6 @@ database_is_wanted(const char *name, List *names, bool all)
 static LauncherDatabase *
 launcher_list_databases(int *count)
 {
-	MemoryContext caller = CurrentMemoryContext;
 	LauncherDatabase *dbs;
 	int			n = 0;
 	int			allocated = 8;
@@ -132,14 +144,14 @@ launcher_list_databases(int *count)
 	{
 		ereport(LOG,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid list syntax in outbox.databases; the relayed databases stay as they were"),
+				 errmsg("invalid list syntax in outbox.databases"),
+				 errdetail("Relays already running keep running; no other database is relayed until the setting is fixed."),
 				 errhint("Use a comma-separated list of database names, or *, and reload.")));
 		*count = 0;
 		return NULL;
 	}
 
-	StartTransactionCommand();
-	(void) GetTransactionSnapshot();
+	(void) WorkerStepBegin(&launcher_step, NULL, NULL);
 	rel = table_open(DatabaseRelationId, AccessShareLock);
 	scan = table_beginscan_catalog(rel, 0, NULL);
 	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
@@ -152,11 +164,8 @@ launcher_list_databases(int *count)
 			continue;
 		if (n == allocated)
 		{
-			MemoryContext old = MemoryContextSwitchTo(caller);
-
 			allocated *= 2;
 			dbs = repalloc(dbs, allocated * sizeof(LauncherDatabase));
-			MemoryContextSwitchTo(old);
 		}
 		dbs[n].oid = db->oid;
 		strlcpy(dbs[n].name, NameStr(db->datname), NAMEDATALEN);
@@ -164,8 +173,7 @@ launcher_list_databases(int *count)
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(caller);
+	WorkerStepCommit();
 
 	*count = n;
 	return dbs;
@@ -325,17 +333,58 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 	}
 }
 
+/*
+ * Re-read pg_database every discovery interval, or when a commit found no
+ * relay for a database we have not listed (it is new) — at once the first
+ * time, then at most once a second for the same database, so a busy
+ * database excluded by outbox.databases costs nothing.  A listed database
+ * needs no re-read: reconcile starts its relay.
+ */
+static void
+launcher_refresh_databases(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	Oid			wanted = outbox_shared->launcher_wanted_db;
+	bool		wanted_unlisted = OidIsValid(wanted);
+	MemoryContext new_context;
+	MemoryContext old;
+	LauncherDatabase *new_dbs;
+	int			new_ndbs;
+
+	for (int d = 0; d < nlisted && wanted_unlisted; d++)
+		if (listed[d].oid == wanted)
+			wanted_unlisted = false;
+	if (!(wanted_unlisted &&
+		  (wanted != last_list_for ||
+		   TimestampDifferenceExceeds(last_list, now, 1000))) &&
+		!TimestampDifferenceExceeds(last_list, now,
+									outbox_discovery_interval * 1000))
+		return;
+
+	new_context = AllocSetContextCreate(TopMemoryContext,
+										"outbox_pg launcher databases",
+										ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(new_context);
+	new_dbs = launcher_list_databases(&new_ndbs);
+	MemoryContextSwitchTo(old);
+	if (new_dbs == NULL)
+		MemoryContextDelete(new_context);	/* keep the last good list */
+	else
+	{
+		if (listed_context)
+			MemoryContextDelete(listed_context);
+		listed_context = new_context;
+		listed = new_dbs;
+		nlisted = new_ndbs;
+	}
+	last_list = now;
+	last_list_for = wanted;
+}
+
 void
 OutboxLauncherMain(Datum main_arg)
 {
 	MemoryContext pass_context;
-	TimestampTz last_list = 0;
-	LauncherDatabase *dbs = NULL;
-	int			ndbs = 0;
-	MemoryContext list_context = NULL;
-	Oid			last_list_for = InvalidOid;
-	Oid			wanted;
-	bool		wanted_unlisted;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -353,12 +402,10 @@ OutboxLauncherMain(Datum main_arg)
 	pass_context = AllocSetContextCreate(TopMemoryContext,
 										 "outbox_pg launcher pass",
 										 ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(pass_context);
 
 	for (;;)
 	{
-		TimestampTz now;
-		MemoryContext old;
-
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
@@ -367,53 +414,8 @@ OutboxLauncherMain(Datum main_arg)
 			last_list = 0;
 		}
 
-		/*
-		 * Re-read pg_database every discovery interval, or when a commit
-		 * found no relay for a database we have not listed (it is new) —
-		 * at once the first time, then at most once a second for the same
-		 * database, so a busy database excluded by outbox.databases costs
-		 * nothing.  A listed database needs no re-read: reconcile starts
-		 * its relay.
-		 */
-		now = GetCurrentTimestamp();
-		wanted = outbox_shared->launcher_wanted_db;
-		wanted_unlisted = OidIsValid(wanted);
-		for (int d = 0; d < ndbs && wanted_unlisted; d++)
-			if (dbs[d].oid == wanted)
-				wanted_unlisted = false;
-		if ((wanted_unlisted &&
-			 (wanted != last_list_for ||
-			  TimestampDifferenceExceeds(last_list, now, 1000))) ||
-			TimestampDifferenceExceeds(last_list, now,
-									   outbox_discovery_interval * 1000))
-		{
-			MemoryContext new_context;
-			LauncherDatabase *new_dbs;
-			int			new_ndbs;
-
-			new_context = AllocSetContextCreate(TopMemoryContext,
-												"outbox_pg launcher databases",
-												ALLOCSET_SMALL_SIZES);
-			old = MemoryContextSwitchTo(new_context);
-			new_dbs = launcher_list_databases(&new_ndbs);
-			MemoryContextSwitchTo(old);
-			if (new_dbs == NULL)
-				MemoryContextDelete(new_context);	/* keep the last good list */
-			else
-			{
-				if (list_context)
-					MemoryContextDelete(list_context);
-				list_context = new_context;
-				dbs = new_dbs;
-				ndbs = new_ndbs;
-			}
-			last_list = now;
-			last_list_for = wanted;
-		}
-
-		old = MemoryContextSwitchTo(pass_context);
-		launcher_reconcile(dbs, ndbs);
-		MemoryContextSwitchTo(old);
+		launcher_refresh_databases();
+		launcher_reconcile(listed, nlisted);
 		MemoryContextReset(pass_context);
 
 		(void) WaitLatch(MyLatch,

@@ -46,9 +46,19 @@
  * neither backs off nor runs out of attempts during an outage (max_age
  * still applies).
  *
- * Memory: each event lives in its own small memory context, deleted
- * after its result is recorded; everything else per cycle is reset every
- * loop.  Errors inside a cycle are caught, logged, shown in the worker's
+ * The loop: OutboxRelayMain() starts the process, then runs the steps
+ * below in turn, each a function of its own: see what is due, record the
+ * results that completed, lease and start more events (with worker 0's
+ * housekeeping, housekeeping.c, in the same transaction), run an inbox
+ * batch (inbox_process.c), then wait on curl's sockets and the latch.
+ * Each transaction is a worker step (step.c).
+ *
+ * Memory: the loop runs in relay_cycle_context, reset at the end of every
+ * iteration, so a step allocates freely.  Each event lives in its own
+ * small memory context, deleted after its result is recorded; the lists
+ * of events that outlive an iteration live in relay_events_context
+ * (delivery.c).  Errors inside a cycle are caught, logged the way
+ * autovacuum logs them (WorkerReportCycleError), shown in the worker's
  * slot, and followed by a pause; they never restart the worker.
  *
  * Copyright (c) 2026, outbox_pg developers
@@ -61,45 +71,27 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "catalog/namespace.h"
-#include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
-#include "commands/extension.h"
-#include "common/pg_prng.h"
-#include "executor/spi.h"
-#include "nodes/makefuncs.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
-#include "utils/array.h"
-#include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/hsearch.h"
-#include "utils/jsonb.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
-#include "utils/uuid.h"
 
 #include "outbox_pg.h"
 #include "guc.h"
 #include "shmem.h"
-#include "retry.h"
 #include "deststats.h"
-#include "peertext.h"
-#include "api/api.h"
 #include "worker/worker.h"
 #include "worker/relay.h"
 #include "destination/http.h"
-#include "destination/destination.h"
 
-#define ROUTE_INTERVAL_MS		5000
 #define ERROR_PAUSE_MS			1000
 #define RECORD_BATCH			128
 #define RECORD_DELAY_MS			10
@@ -113,13 +105,25 @@ char	   *relay_database_name = NULL;
 /* lease again then: a circuit's pause ends or another relay's probe expires */
 TimestampTz relay_circuit_recheck_at = 0;
 
-static char last_logged_error[OUTBOX_ERROR_LEN];
-static TimestampTz last_logged_at = 0;
+/* What the loop carries from one iteration to the next. */
+typedef struct RelayLoop
+{
+	TimestampTz now;			/* when this iteration began */
+	bool		need_lease;		/* lease before waiting */
+	bool		need_inbox;		/* inbox work may be due (inbox_process.c) */
+	long		inbox_wait_ms;	/* set by every InboxWorkerCycle() */
+	TimestampTz last_poll;		/* last lease that drained every destination */
+	TimestampTz first_done_at;	/* when the oldest of pending_done completed */
+	List	   *pending_done;	/* completed, not recorded yet */
+	List	   *leased;			/* leased, not started yet */
+} RelayLoop;
 
+static RelayLoop loop;
+
+static WorkerErrorThrottle relay_errors;
+static const char *relay_activity = "starting";	/* for an error's context */
 static bool relay_outdated = false;	/* extension needs an UPDATE */
 static bool relay_announced = false;	/* "started" is logged */
-
-static SPIPlanPtr route_plan = NULL;
 
 /* The tables a relay cycle touches, in the order it locks them. */
 static const OutboxTableLock relay_tables[] =
@@ -129,6 +133,130 @@ static const OutboxTableLock relay_tables[] =
 	{OUTBOX_ROUTES_TABLE, AccessShareLock},
 	{OUTBOX_CREDENTIALS_TABLE, AccessShareLock},
 };
+
+/* A relay transaction: the library's version, then the tables, NOWAIT. */
+static const WorkerStepSpec relay_step =
+{
+	WORKER_CHECK_VERSION, OUTBOX_SCHEMA, relay_tables, lengthof(relay_tables),
+	DeliveryPreparePlans
+};
+
+/* start-up and exit */
+static void relay_start(int slot_index);
+static void relay_on_exit(int code, Datum arg);
+
+/* the loop's steps, in the order they run */
+static void relay_due_step(void);
+static void relay_record_step(void);
+static void relay_lease_step(void);
+static void relay_housekeeping_step(void);
+static void relay_cycle_failed(void);
+static void relay_inbox_step(void);
+static void relay_wait_step(void);
+
+/* what the steps share */
+static long relay_wait_time(void);
+static void relay_set_state(RelayState state, const char *activity);
+static void relay_announce(void);
+static void relay_exit_no_extension(void);
+static void relay_free_events(List **events);
+
+void
+OutboxRelayMain(Datum main_arg)
+{
+	relay_start(DatumGetInt32(main_arg));
+
+	/*
+	 * "started" is logged once the relay has seen the extension (the first
+	 * lease): in a database without it the relay only starts, looks and
+	 * exits, every discovery interval, and logs that once.
+	 */
+	for (;;)
+	{
+		relay_due_step();
+		PG_TRY();
+		{
+			relay_record_step();
+			relay_lease_step();
+		}
+		PG_CATCH();
+		{
+			relay_cycle_failed();
+		}
+		PG_END_TRY();
+		relay_inbox_step();
+		relay_wait_step();
+		MemoryContextReset(relay_cycle_context);
+	}
+}
+
+/*
+ * Connect to the slot's database, claim the slot and set the relay up.
+ * Returns in relay_cycle_context, where the loop runs.
+ */
+static void
+relay_start(int slot_index)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	if (slot_index < 0 || slot_index >= OUTBOX_MAX_RELAYS)
+		elog(ERROR, "invalid relay slot %d", slot_index);
+	relay_slot = &outbox_shared->slots[slot_index];
+
+	BackgroundWorkerInitializeConnectionByOid(relay_slot->dboid, InvalidOid, 0);
+
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	relay_slot->pid = MyProcPid;
+	relay_slot->procno = MyProcNumber;
+	relay_slot->started_at = GetCurrentTimestamp();
+	relay_slot->state = RELAY_STARTING;
+	relay_slot->in_flight = 0;
+	relay_slot->last_error[0] = '\0';
+	LWLockRelease(outbox_shared->lock);
+	before_shmem_exit(relay_on_exit, (Datum) 0);
+
+	pgstat_report_appname("outbox_pg relay");
+	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("application_name", "outbox_pg relay", PGC_USERSET, PGC_S_OVERRIDE);
+
+	/*
+	 * The relay's own commits need not wait for the WAL flush: a lease lost
+	 * in a crash leaves its rows due (sent again), and a lost result means
+	 * the event is sent again after its lease.  Either way at-least-once
+	 * holds, and each cycle saves a disk flush.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
+	/*
+	 * The lease relies on READ COMMITTED (FOR UPDATE SKIP LOCKED with a
+	 * recheck of the row): never take a database's or role's default.
+	 */
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_OVERRIDE);
+	/* plan every lease with its real LIMIT and array sizes (see store.c) */
+	SetConfigOption("plan_cache_mode", "force_custom_plan", PGC_USERSET, PGC_S_OVERRIDE);
+
+	StartTransactionCommand();
+	relay_database_name = MemoryContextStrdup(TopMemoryContext,
+											  get_database_name(MyDatabaseId));
+	CommitTransactionCommand();
+
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_SYSTEM_ERROR),
+				 errmsg("could not initialize libcurl")));
+	relay_http = HttpClientCreate();
+
+	DeliveryInit();
+	relay_cycle_context = AllocSetContextCreate(TopMemoryContext,
+												"outbox_pg relay cycle",
+												ALLOCSET_DEFAULT_SIZES);
+	loop.need_lease = true;
+	loop.need_inbox = true;
+	MemoryContextSwitchTo(relay_cycle_context);
+}
 
 static void
 relay_on_exit(int code, Datum arg)
@@ -145,55 +273,242 @@ relay_on_exit(int code, Datum arg)
 	LWLockRelease(outbox_shared->lock);
 }
 
+/*
+ * Interrupts and reloads; then what is due: a lease and an inbox batch at
+ * every poll, a lease when a circuit's pause ends.
+ */
 static void
-relay_prepare_plans(void)
+relay_due_step(void)
 {
-	DeliveryPreparePlans();
-	OutboxKeepPlan(&route_plan, "SELECT outbox._route_pending()", 0, NULL);
+	CHECK_FOR_INTERRUPTS();
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+
+	loop.now = GetCurrentTimestamp();
+	if (TimestampDifferenceExceeds(loop.last_poll, loop.now, outbox_poll_interval))
+		loop.need_lease = loop.need_inbox = true;
+	if (relay_circuit_recheck_at != 0 && loop.now >= relay_circuit_recheck_at)
+		loop.need_lease = true;
 }
 
 /*
- * Start a transaction and check that the extension is installed and its
- * events table is not locked away (DROP EXTENSION in progress).  Returns
- * false, with the transaction still open, when the cycle should be
- * skipped; sets *missing when the extension is not there at all.
+ * Record what completed: at once when nothing else is running, else in
+ * groups (RECORD_BATCH results, or RECORD_DELAY_MS after the first), so
+ * that one transaction records many results.
+ */
+static void
+relay_record_step(void)
+{
+	if (loop.pending_done == NIL)
+		return;
+	if (HttpClientRunning(relay_http) != 0 &&
+		list_length(loop.pending_done) < RECORD_BATCH &&
+		!TimestampDifferenceExceeds(loop.first_done_at, GetCurrentTimestamp(),
+									RECORD_DELAY_MS))
+		return;
+
+	relay_set_state(RELAY_WORKING, "recording results");
+	DeliveryRecord(loop.pending_done);
+	relay_free_events(&loop.pending_done);
+}
+
+/*
+ * Lease due events of the destinations with free capacity, in one
+ * transaction, then start their requests once it has committed.
+ */
+static void
+relay_lease_step(void)
+{
+	bool		begun;
+	bool		missing;
+	bool		drained = true;
+
+	if (!loop.need_lease || DeliveryInFlight() >= outbox_batch_size)
+		return;
+
+	relay_set_state(RELAY_WORKING, "leasing events");
+	relay_circuit_recheck_at = 0;	/* DeliveryLease() sets it again */
+	begun = relay_begin(&missing);
+	if (!missing && !relay_announced)
+		relay_announce();
+	if (begun)
+	{
+		List	   *dests = DeliveryLoadDestinations();
+
+		relay_housekeeping_step();
+		/* the leased events and their list outlive the iteration */
+		MemoryContextSwitchTo(relay_events_context);
+		DeliveryLease(dests, &drained, &loop.leased);
+		relay_commit();
+	}
+
+	/*
+	 * Without the extension nothing in flight can be recorded (its rows are
+	 * gone), so there is nothing to wait for.
+	 */
+	if (missing)
+		relay_exit_no_extension();
+
+	/*
+	 * Each event leaves the list as curl takes it, so an error here never
+	 * frees a request curl still uses.
+	 */
+	while (loop.leased != NIL)
+	{
+		RelayEvent *ev = linitial(loop.leased);
+
+		loop.leased = list_delete_first(loop.leased);
+		DeliveryStart(ev);
+	}
+	loop.need_lease = !drained;
+	if (drained)
+		loop.last_poll = loop.now;
+}
+
+/* Worker 0's jobs for the database, in the lease transaction. */
+static void
+relay_housekeeping_step(void)
+{
+	if (relay_slot->worker_number == 0)
+		WorkerHousekeeping(loop.now, relay_database_name);
+}
+
+/*
+ * The record or lease step failed: report it, drop what cannot be
+ * recorded or started any more, and pause.
+ */
+static void
+relay_cycle_failed(void)
+{
+	MemoryContextSwitchTo(relay_cycle_context);
+	WorkerReportCycleError(&relay_errors, relay_slot,
+						   "Leased events are sent again when their lease runs out. "
+						   "Retrying in " CppAsString2(ERROR_PAUSE_MS) " ms.",
+						   "while %s in database \"%s\"",
+						   relay_activity, relay_database_name);
+	/* results not recorded are sent again after their lease */
+	relay_free_events(&loop.pending_done);
+	/* leased but never started: their lease was rolled back */
+	relay_free_events(&loop.leased);
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 ERROR_PAUSE_MS, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	loop.need_lease = true;
+}
+
+/* One bounded batch of received inbox messages, and inbox retention. */
+static void
+relay_inbox_step(void)
+{
+	if (loop.need_inbox)
+		loop.need_inbox = InboxWorkerCycle(relay_slot->worker_number == 0,
+										   &loop.inbox_wait_ms);
+}
+
+/*
+ * Show the state, then wait for curl's sockets, the latch or the next
+ * thing due, and collect the requests that completed.
+ */
+static void
+relay_wait_step(void)
+{
+	HttpRequest *done;
+	bool		woken = false;
+
+	if (relay_outdated)
+		relay_set_state(RELAY_OUTDATED,
+						"waiting for ALTER EXTENSION outbox_pg UPDATE");
+	else if (DeliveryInFlight() == 0)
+		relay_set_state(RELAY_IDLE, "waiting for events");
+	else
+		relay_set_state(RELAY_WORKING, "sending");
+
+	done = HttpClientWait(relay_http, relay_wait_time(), &woken);
+	if (woken)
+		loop.need_lease = loop.need_inbox = true;
+
+	if (done != NULL && loop.pending_done == NIL)
+		loop.first_done_at = GetCurrentTimestamp();
+	/* the completed events wait in pending_done beyond this iteration */
+	MemoryContextSwitchTo(relay_events_context);
+	while (done != NULL)
+	{
+		HttpRequest *next = done->next_done;
+
+		loop.pending_done = DeliveryCompleted(loop.pending_done, done);
+		done = next;
+	}
+	MemoryContextSwitchTo(relay_cycle_context);
+	if (loop.pending_done != NIL)
+		loop.need_lease = true;
+}
+
+/* How long relay_wait_step() may wait. */
+static long
+relay_wait_time(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	long		wait_ms;
+
+	if (loop.need_lease && DeliveryInFlight() < outbox_batch_size)
+		wait_ms = 0;
+	else if (loop.pending_done != NIL)
+		wait_ms = RECORD_DELAY_MS;
+	else
+	{
+		wait_ms = outbox_poll_interval - (long) ((now - loop.last_poll) / 1000);
+		wait_ms = Max(wait_ms, 0);
+		if (DeliveryInFlight() > 0)
+			wait_ms = Min(wait_ms, 100);
+		/* a circuit's pause ends: its probe goes out on time */
+		if (relay_circuit_recheck_at != 0)
+			wait_ms = Min(wait_ms,
+						  Max((long) ((relay_circuit_recheck_at - now + 999) / 1000), 0));
+	}
+	if (loop.need_inbox)
+		wait_ms = Min(wait_ms, loop.inbox_wait_ms);
+	return wait_ms;
+}
+
+/*
+ * Begin a relay transaction (a worker step, step.c).  Returns false when
+ * the cycle must be skipped, its transaction already committed; sets
+ * *missing when the extension is not installed at all.  Used by this
+ * file and by delivery.c, which ends a begun step with relay_commit().
  */
 bool
 relay_begin(bool *missing)
 {
-	*missing = false;
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	WorkerStepSkip skip;
+	bool		begun;
 
 	/* ha: deliver only with the SQL objects of this library's version */
-	relay_outdated = false;
-	if (!OutboxRelayVersionMatches(relay_slot, relay_database_name, missing))
-	{
-		relay_outdated = !*missing;
-		return false;
-	}
-
-	/*
-	 * Take every table lock of the cycle now, without waiting: if DROP
-	 * EXTENSION (or an ALTER) holds one, skip this cycle instead of queueing
-	 * behind it and deadlocking against it.
-	 */
-	if (!OutboxLockTablesNoWait(OUTBOX_SCHEMA, relay_tables, lengthof(relay_tables)))
-		return false;
-	relay_prepare_plans();
-	return true;
+	begun = WorkerStepBegin(&relay_step, relay_slot, &skip);
+	*missing = (skip == WORKER_STEP_NO_EXTENSION);
+	relay_outdated = (skip == WORKER_STEP_OUTDATED);
+	return begun;
 }
 
+/* Commit a relay transaction; nothing to do after a skipped begin. */
 void
 relay_commit(void)
 {
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_stat(false);
+	WorkerStepCommit();
+}
+
+static void
+relay_set_state(RelayState state, const char *activity)
+{
+	if (relay_slot->state != state)
+		OutboxSlotSetState(relay_slot, state);
+	relay_slot->in_flight = DeliveryInFlight();
+	relay_slot->last_cycle_at = GetCurrentTimestamp();
+	relay_activity = activity;
+	pgstat_report_activity(state == RELAY_IDLE ? STATE_IDLE : STATE_RUNNING,
+						   activity);
 }
 
 /*
@@ -237,290 +552,14 @@ relay_exit_no_extension(void)
 	proc_exit(0);
 }
 
+/* Free a list of events (and their requests) and empty it. */
 static void
-relay_set_state(RelayState state, const char *activity)
+relay_free_events(List **events)
 {
-	if (relay_slot->state != state)
-		OutboxSlotSetState(relay_slot, state);
-	relay_slot->in_flight = DeliveryInFlight();
-	relay_slot->last_cycle_at = GetCurrentTimestamp();
-	pgstat_report_activity(state == RELAY_IDLE ? STATE_IDLE : STATE_RUNNING,
-						   activity);
-}
+	ListCell   *lc;
 
-void
-OutboxRelayMain(Datum main_arg)
-{
-	int			slot_index = DatumGetInt32(main_arg);
-	volatile bool need_lease = true;
-	volatile bool need_inbox = true;	/* inbox work (inbox_worker.c) */
-	long		inbox_wait_ms = 0;	/* set by every InboxWorkerCycle() */
-	volatile TimestampTz last_poll = 0;
-	volatile TimestampTz last_route = 0;
-	TimestampTz first_done_at = 0;
-	List	   *volatile pending_done = NIL;
-	List	   *volatile leased = NIL;
-
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-
-	if (slot_index < 0 || slot_index >= OUTBOX_MAX_RELAYS)
-		elog(ERROR, "invalid relay slot %d", slot_index);
-	relay_slot = &outbox_shared->slots[slot_index];
-
-	BackgroundWorkerInitializeConnectionByOid(relay_slot->dboid, InvalidOid, 0);
-
-	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
-	relay_slot->pid = MyProcPid;
-	relay_slot->procno = MyProcNumber;
-	relay_slot->started_at = GetCurrentTimestamp();
-	relay_slot->state = RELAY_STARTING;
-	relay_slot->in_flight = 0;
-	relay_slot->last_error[0] = '\0';
-	LWLockRelease(outbox_shared->lock);
-	before_shmem_exit(relay_on_exit, (Datum) 0);
-
-	pgstat_report_appname("outbox_pg relay");
-	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("application_name", "outbox_pg relay", PGC_USERSET, PGC_S_OVERRIDE);
-
-	/*
-	 * The relay's own commits need not wait for the WAL flush: a lease lost
-	 * in a crash leaves its rows due (sent again), and a lost result means
-	 * the event is sent again after its lease.  Either way at-least-once
-	 * holds, and each cycle saves a disk flush.
-	 */
-	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	/*
-	 * The lease relies on READ COMMITTED (FOR UPDATE SKIP LOCKED with a
-	 * recheck of the row): never take a database's or role's default.
-	 */
-	SetConfigOption("default_transaction_isolation", "read committed",
-					PGC_SUSET, PGC_S_OVERRIDE);
-	/* plan every lease with its real LIMIT and array sizes (see store.c) */
-	SetConfigOption("plan_cache_mode", "force_custom_plan", PGC_USERSET, PGC_S_OVERRIDE);
-
-	StartTransactionCommand();
-	relay_database_name = MemoryContextStrdup(TopMemoryContext,
-										get_database_name(MyDatabaseId));
-	CommitTransactionCommand();
-
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_SYSTEM_ERROR),
-				 errmsg("could not initialize libcurl")));
-	relay_http = HttpClientCreate();
-
-	DeliveryInit();
-	relay_cycle_context = AllocSetContextCreate(TopMemoryContext,
-										  "outbox_pg relay cycle",
-										  ALLOCSET_DEFAULT_SIZES);
-
-	/*
-	 * "started" is logged once the relay has seen the extension (the first
-	 * lease below): in a database without it the relay only starts, looks
-	 * and exits, every discovery interval, and logs that once.
-	 */
-
-	for (;;)
-	{
-		TimestampTz now;
-		long		wait_ms;
-		bool		woken = false;
-		HttpRequest *done;
-
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-
-		now = GetCurrentTimestamp();
-		if (TimestampDifferenceExceeds(last_poll, now, outbox_poll_interval))
-			need_lease = need_inbox = true;
-		if (relay_circuit_recheck_at != 0 && now >= relay_circuit_recheck_at)
-			need_lease = true;
-
-		PG_TRY();
-		{
-			MemoryContext old = MemoryContextSwitchTo(relay_cycle_context);
-
-			/*
-			 * Record what completed: at once when nothing else is running,
-			 * else in groups (128 results, or 10 ms after the first), so that
-			 * one transaction records many results.
-			 */
-			if (pending_done != NIL &&
-				(HttpClientRunning(relay_http) == 0 ||
-				 list_length(pending_done) >= RECORD_BATCH ||
-				 TimestampDifferenceExceeds(first_done_at, GetCurrentTimestamp(),
-											RECORD_DELAY_MS)))
-			{
-				ListCell   *lc;
-
-				relay_set_state(RELAY_WORKING, "recording results");
-				DeliveryRecord(pending_done);
-				foreach(lc, pending_done)
-					DeliveryFreeEvent(lfirst(lc));
-				list_free(pending_done);
-				pending_done = NIL;
-			}
-
-			/* lease and start more */
-			if (need_lease && DeliveryInFlight() < outbox_batch_size)
-			{
-				bool		missing;
-				bool		started;
-				bool		drained = true;
-
-				relay_set_state(RELAY_WORKING, "leasing events");
-				relay_circuit_recheck_at = 0; /* DeliveryLease() sets it again */
-				started = relay_begin(&missing);
-				if (!missing && !relay_announced)
-					relay_announce();
-				if (started)
-				{
-					List	   *dests = DeliveryLoadDestinations();
-
-					if (relay_slot->worker_number == 0 &&
-						TimestampDifferenceExceeds(last_route, now, ROUTE_INTERVAL_MS))
-					{
-						if (SPI_execute_plan(route_plan, NULL, NULL, false, 0) != SPI_OK_SELECT)
-							elog(ERROR, "could not route pending events");
-						last_route = now;
-					}
-					/* retention of published events: worker 0 (retention.c) */
-					if (relay_slot->worker_number == 0)
-						OutboxRetentionStep(now);
-					if (relay_slot->worker_number == 0)	/* ops: backlog warning */
-						OutboxOpsCheckBacklog(relay_database_name);
-					MemoryContextSwitchTo(relay_events_context);
-					DeliveryLease(dests, &drained, (List **) &leased);
-					MemoryContextSwitchTo(relay_cycle_context);
-				}
-				relay_commit();
-				/*
-				 * Without the extension nothing in flight can be recorded
-				 * (its rows are gone), so there is nothing to wait for.
-				 */
-				if (missing)
-					relay_exit_no_extension();
-				/*
-				 * Each event leaves the list as curl takes it, so an error
-				 * here never frees a request curl still uses.
-				 */
-				while (leased != NIL)
-				{
-					RelayEvent *ev = linitial(leased);
-
-					leased = list_delete_first(leased);
-					DeliveryStart(ev);
-				}
-				need_lease = !drained;
-				if (drained)
-					last_poll = now;
-			}
-			MemoryContextSwitchTo(old);
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
-			ListCell   *lc;
-			bool		repeated;
-			char	   *safe;
-
-			MemoryContextSwitchTo(TopMemoryContext);
-			edata = CopyErrorData();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			OutboxSlotSetError(relay_slot, edata->message);
-			OutboxSlotSetState(relay_slot, RELAY_ERROR);
-			/* the same error again within a minute is not logged again */
-			now = GetCurrentTimestamp();
-			repeated = (strcmp(last_logged_error, edata->message) == 0 &&
-						!TimestampDifferenceExceeds(last_logged_at, now, 60000));
-			strlcpy(last_logged_error, edata->message, sizeof(last_logged_error));
-			if (!repeated)
-				last_logged_at = now;
-			/* an error may quote what a destination said */
-			safe = OutboxPeerText(edata->message, strlen(edata->message), false,
-								  NULL, 8 * OUTBOX_ERROR_LEN);
-			ereport(repeated ? DEBUG1 : LOG,
-					(errmsg("outbox_pg relay for database \"%s\" failed a cycle: %s",
-							relay_database_name, safe),
-					 errhint("Leased events are sent again when their lease runs out. Retrying in %d ms.",
-							 ERROR_PAUSE_MS)));
-			pfree(safe);
-			FreeErrorData(edata);
-			/* results not recorded are re-sent after their lease */
-			foreach(lc, pending_done)
-				DeliveryFreeEvent(lfirst(lc));
-			list_free(pending_done);
-			pending_done = NIL;
-			/* leased but never started: their lease was rolled back */
-			foreach(lc, leased)
-				DeliveryFreeEvent(lfirst(lc));
-			list_free(leased);
-			leased = NIL;
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 ERROR_PAUSE_MS, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			need_lease = true;
-		}
-		PG_END_TRY();
-		MemoryContextReset(relay_cycle_context);
-
-		/* inbox: one bounded batch of received messages, and retention */
-		if (need_inbox)
-			need_inbox = InboxWorkerCycle(relay_slot->worker_number == 0,
-										  &inbox_wait_ms);
-
-		/* send and wait */
-		if (relay_outdated)
-			relay_set_state(RELAY_OUTDATED,
-							"waiting for ALTER EXTENSION outbox_pg UPDATE");
-		else if (DeliveryInFlight() == 0)
-			relay_set_state(RELAY_IDLE, "waiting for events");
-		else
-			relay_set_state(RELAY_WORKING, "sending");
-
-		now = GetCurrentTimestamp();
-		if (need_lease && DeliveryInFlight() < outbox_batch_size)
-			wait_ms = 0;
-		else if (pending_done != NIL)
-			wait_ms = RECORD_DELAY_MS;
-		else
-		{
-			wait_ms = outbox_poll_interval -
-				(long) ((now - last_poll) / 1000);
-			wait_ms = Max(wait_ms, 0);
-			if (DeliveryInFlight() > 0)
-				wait_ms = Min(wait_ms, 100);
-			/* a circuit's pause ends: its probe goes out on time */
-			if (relay_circuit_recheck_at != 0)
-				wait_ms = Min(wait_ms,
-							  Max((long) ((relay_circuit_recheck_at - now + 999) / 1000), 0));
-		}
-		if (need_inbox)
-			wait_ms = Min(wait_ms, inbox_wait_ms);
-		MemoryContextSwitchTo(relay_cycle_context);
-		done = HttpClientWait(relay_http, wait_ms, &woken);
-		if (woken)
-			need_lease = need_inbox = true;
-		MemoryContextSwitchTo(relay_events_context);
-		if (done != NULL && pending_done == NIL)
-			first_done_at = GetCurrentTimestamp();
-		while (done != NULL)
-		{
-			HttpRequest *next = done->next_done;
-
-			pending_done = DeliveryCompleted(pending_done, done);
-			done = next;
-		}
-		MemoryContextSwitchTo(TopMemoryContext);
-		if (pending_done != NIL)
-			need_lease = true;
-	}
+	foreach(lc, *events)
+		DeliveryFreeEvent(lfirst(lc));
+	list_free(*events);
+	*events = NIL;
 }

@@ -31,6 +31,7 @@ extern TimestampTz relay_circuit_recheck_at;
 /* this relay's slot number, for its cells in deststats.c */
 #define RELAY_SLOT_INDEX ((int) (relay_slot - outbox_shared->slots))
 
+/* a relay transaction: a worker step (step.c) with the relay's checks */
 extern bool relay_begin(bool *missing);
 extern void relay_commit(void);
 

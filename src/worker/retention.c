@@ -28,18 +28,16 @@
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/retention.c
+ *		  src/worker/retention.c
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -89,11 +87,23 @@ OutboxExpirePublished(TimestampTz cutoff, int batch_size)
 	args[0] = UUIDPGetDatum(bound);
 	args[1] = TimestampTzGetDatum(cutoff);
 	args[2] = Int32GetDatum(batch_size);
-	ret = SPI_execute_plan(OutboxKeepPlan(&expire_plan, expire_sql, 3, types),
+	ret = SPI_execute_plan(WorkerKeepPlan(&expire_plan, expire_sql, 3, types),
 						   args, NULL, false, 0);
 	if (ret != SPI_OK_DELETE)
 		elog(ERROR, "outbox retention failed: %s", SPI_result_code_string(ret));
 	return SPI_processed;
+}
+
+/* One batch of OutboxRetentionStep(), in its subtransaction. */
+static void
+retention_batch(void *arg)
+{
+	TimestampTz now = *(TimestampTz *) arg;
+	uint64		n;
+
+	n = OutboxExpirePublished(now - (int64) outbox_retention * USECS_PER_SEC,
+							  outbox_retention_batch);
+	retention_more = (n >= (uint64) outbox_retention_batch);
 }
 
 /*
@@ -105,8 +115,7 @@ OutboxExpirePublished(TimestampTz cutoff, int batch_size)
 void
 OutboxRetentionStep(TimestampTz now)
 {
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
+	ErrorData  *edata;
 
 	if (outbox_retention < 0)
 		return;
@@ -116,36 +125,16 @@ OutboxRetentionStep(TimestampTz now)
 	retention_last_run = now;
 	retention_more = false;
 
-	BeginInternalSubTransaction(NULL);
-	PG_TRY();
-	{
-		uint64		n;
-
-		n = OutboxExpirePublished(now - (int64) outbox_retention * USECS_PER_SEC,
-								  outbox_retention_batch);
-		retention_more = (n >= (uint64) outbox_retention_batch);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-		ereport(LOG,
-				(errmsg("outbox_pg retention of published events failed: %s",
-						edata->message),
-				 errhint("Delivery continues; retention is tried again in %d ms.",
-						 RETENTION_INTERVAL_MS)));
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
+	if (WorkerRunInSubtransaction(retention_batch, &now, &edata))
+		return;
+	ereport(LOG,
+			(errcode(edata->sqlerrcode),
+			 errmsg("outbox_pg retention of published events failed: %s",
+					edata->message),
+			 edata->detail ? errdetail_internal("%s", edata->detail) : 0,
+			 errhint("Delivery continues; retention is tried again in %d ms.",
+					 RETENTION_INTERVAL_MS)));
+	FreeErrorData(edata);
 }
 
 /*

@@ -190,50 +190,6 @@ static SPIPlanPtr retry_plan = NULL;
 static SPIPlanPtr dead_plan = NULL;
 static SPIPlanPtr requeue_plan = NULL;
 
-/*
- * Prepare sql into *plan once per process and keep it.  The caller is
- * connected to SPI.
- */
-SPIPlanPtr
-OutboxKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes)
-{
-	if (*plan == NULL)
-	{
-		SPIPlanPtr	p = SPI_prepare(sql, nargs, argtypes);
-
-		if (p == NULL)
-			elog(ERROR, "could not prepare outbox statement: %s",
-				 SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(p) != 0)
-			elog(ERROR, "could not keep outbox statement");
-		*plan = p;
-	}
-	return *plan;
-}
-
-/*
- * Lock the tables a worker step touches, in the given order, without
- * waiting: false when one is missing or locked by someone else (DROP or
- * ALTER EXTENSION in progress), and the step should be skipped instead of
- * queueing behind that lock and deadlocking against it.  The caller is in
- * a transaction; locks taken before a false return stay until it ends.
- */
-bool
-OutboxLockTablesNoWait(const char *schema, const OutboxTableLock *tables,
-					   int ntables)
-{
-	for (int i = 0; i < ntables; i++)
-	{
-		RangeVar   *rv = makeRangeVar((char *) schema, (char *) tables[i].name, -1);
-
-		if (!OidIsValid(RangeVarGetRelidExtended(rv, tables[i].lockmode,
-												 RVR_MISSING_OK | RVR_SKIP_LOCKED,
-												 NULL, NULL)))
-			return false;
-	}
-	return true;
-}
-
 static uint64
 store_execute(SPIPlanPtr plan, Datum *args, const char *nulls, int expected)
 {

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * upgrade.c
+ * version.c
  *		  Rolling upgrades: the library against the installed SQL objects.
  *
  * The upgrade order is: install the new files (library and scripts),
@@ -35,7 +35,7 @@
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/upgrade.c
+ *		  src/worker/version.c
  *
  *-------------------------------------------------------------------------
  */
@@ -46,6 +46,8 @@
 #include "access/table.h"
 #include "catalog/indexing.h"
 #include "catalog/pg_extension.h"
+#include "commands/dbcommands.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
@@ -96,7 +98,7 @@ OutboxInstalledVersion(void)
  * it once per version, and returns false.
  */
 bool
-OutboxRelayVersionMatches(RelaySlot *slot, const char *dbname, bool *missing)
+OutboxRelayVersionMatches(RelaySlot *slot, bool *missing)
 {
 	char	   *version = OutboxInstalledVersion();
 	char		error[OUTBOX_ERROR_LEN];
@@ -115,6 +117,8 @@ OutboxRelayVersionMatches(RelaySlot *slot, const char *dbname, bool *missing)
 			 version, OUTBOX_VERSION);
 	if (strcmp(reported_version, version) != 0)
 	{
+		char	   *dbname = get_database_name(MyDatabaseId);
+
 		strlcpy(reported_version, version, sizeof(reported_version));
 		OutboxSlotSetError(slot, error);
 		ereport(LOG,

@@ -15,6 +15,7 @@
 
 #include "executor/spi.h"
 #include "storage/lockdefs.h"
+#include "utils/timestamp.h"
 
 #include "outbox_pg.h"
 #include "shmem.h"
@@ -29,17 +30,71 @@ extern PGDLLEXPORT void OutboxRelayMain(Datum main_arg);
 /* inbox_process.c */
 extern bool InboxWorkerCycle(bool run_retention, long *wait_ms);
 
-/* store.c */
+/* step.c */
 typedef struct OutboxTableLock
 {
 	const char *name;			/* table in the schema given with the array */
 	LOCKMODE	lockmode;
 } OutboxTableLock;
 
-extern SPIPlanPtr OutboxKeepPlan(SPIPlanPtr *plan, const char *sql,
+/* What WorkerStepBegin() checks before it locks the tables. */
+typedef enum WorkerStepCheck
+{
+	WORKER_CHECK_NONE,			/* nothing (the launcher: no database) */
+	WORKER_CHECK_EXTENSION,		/* outbox_pg is installed */
+	WORKER_CHECK_VERSION		/* ... at the library's version */
+} WorkerStepCheck;
+
+/* Why WorkerStepBegin() skipped a step. */
+typedef enum WorkerStepSkip
+{
+	WORKER_STEP_RUN = 0,		/* not skipped */
+	WORKER_STEP_NO_EXTENSION,	/* outbox_pg is not installed */
+	WORKER_STEP_OUTDATED,		/* installed at another version */
+	WORKER_STEP_LOCKED			/* a table is missing or locked */
+} WorkerStepSkip;
+
+/* One kind of worker step: its checks, its tables and its plans. */
+typedef struct WorkerStepSpec
+{
+	WorkerStepCheck check;
+	const char *schema;			/* of the tables */
+	const OutboxTableLock *tables;	/* locked in this order, NOWAIT */
+	int			ntables;
+	void		(*prepare_plans) (void);	/* after the locks; may be NULL */
+} WorkerStepSpec;
+
+/* The last cycle error a worker logged, for WorkerReportCycleError(). */
+typedef struct WorkerErrorThrottle
+{
+	char		last_message[OUTBOX_ERROR_LEN];
+	TimestampTz last_logged_at;
+} WorkerErrorThrottle;
+
+extern bool WorkerStepBegin(const WorkerStepSpec *spec, RelaySlot *version_slot,
+							WorkerStepSkip *skip);
+extern void WorkerStepCommit(void);
+extern bool WorkerRunInSubtransaction(void (*fn) (void *arg), void *arg,
+									  ErrorData **error);
+extern SPIPlanPtr WorkerKeepPlan(SPIPlanPtr *plan, const char *sql,
 								 int nargs, Oid *argtypes);
-extern bool OutboxLockTablesNoWait(const char *schema,
+extern bool WorkerLockTablesNoWait(const char *schema,
 								   const OutboxTableLock *tables, int ntables);
+extern void WorkerReportCycleError(WorkerErrorThrottle *throttle,
+								   RelaySlot *slot, const char *hint,
+								   const char *context_fmt,...) pg_attribute_printf(4, 5);
+
+/*
+ * The name WorkerKeepPlan() had in store.c; store.c, delivery.c and ops.c
+ * still use it.
+ */
+#define OutboxKeepPlan(plan, sql, nargs, argtypes) \
+	WorkerKeepPlan((plan), (sql), (nargs), (argtypes))
+
+/* housekeeping.c */
+extern void WorkerHousekeeping(TimestampTz now, const char *database_name);
+
+/* store.c */
 extern uint64 OutboxStoreLease(int batch_size, Interval *lease,
 							   const char *destination);
 extern uint64 OutboxStoreAck(Datum ids, Datum statuses);
@@ -52,8 +107,7 @@ extern uint64 OutboxStoreRequeue(Datum ids, Datum next_at, Datum statuses,
 
 /* version.c */
 extern char *OutboxInstalledVersion(void);
-extern bool OutboxRelayVersionMatches(RelaySlot *slot, const char *dbname,
-									  bool *missing);
+extern bool OutboxRelayVersionMatches(RelaySlot *slot, bool *missing);
 
 /* retention.c */
 extern uint64 OutboxExpirePublished(TimestampTz cutoff, int batch_size);

@@ -1,0 +1,166 @@
+/*-------------------------------------------------------------------------
+ *
+ * housekeeping.c
+ *		  Relay worker 0's jobs for its database: routing pending events,
+ *		  retention of published events and the backlog warning.
+ *
+ * They run inside the lease transaction of relay 0 (connected to SPI, the
+ * relay's tables locked by WorkerStepBegin()), each no more often than
+ * its own interval, so they cost no transaction of their own.  Only one
+ * relay per database does them, so that several relays do not repeat
+ * the same work or the same warning.
+ *
+ * Design notes:
+ *
+ *	- Routing: outbox._route_pending() gives events emitted without a
+ *	  destination theirs from outbox.routes, every ROUTE_INTERVAL_MS.
+ *	- Retention: retention.c (one bounded batch, in a subtransaction).
+ *	- The worst outbox failure is silent: events pile up while everything
+ *	  else looks healthy.  Relay 0 of each database therefore looks at the
+ *	  age of the oldest pending event every few seconds, inside a cycle's
+ *	  transaction it has open anyway, and logs a WARNING when it is above
+ *	  outbox.pending_age_warning — at most once a minute while that holds,
+ *	  and a LOG line when it recovers.  The query aggregates the pending
+ *	  rows, so it costs what the backlog costs (0.3 s for 200,000 pending
+ *	  among 1.2 million rows on the development VM); a check that took
+ *	  t ms is not repeated before 50 t ms (5 to 60 s), so it never takes
+ *	  more than 2% of the relay's time.  If no relay runs at all, nobody
+ *	  logs: outbox.health() reports that case, and it is what to alert on.
+ *	- "Pending age" counts from the event's creation, but an event that
+ *	  was never attempted and is scheduled for later (emit(..., not_before))
+ *	  does not count before it is due; the SQL views use the same rule.
+ *
+ * Copyright (c) 2026, outbox_pg developers
+ *
+ * IDENTIFICATION
+ *		  src/worker/housekeeping.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/timestamp.h"
+
+#include "outbox_pg.h"
+#include "guc.h"
+#include "worker/worker.h"
+
+#define ROUTE_INTERVAL_MS		5000
+#define BACKLOG_CHECK_MS		5000
+#define BACKLOG_CHECK_MAX_MS	60000
+#define BACKLOG_COST_FACTOR		50
+#define BACKLOG_WARN_EVERY_MS	60000
+
+static SPIPlanPtr route_plan = NULL;
+static TimestampTz last_route = 0;
+
+static SPIPlanPtr backlog_plan = NULL;
+static TimestampTz backlog_checked_at = 0;
+static long backlog_interval_ms = BACKLOG_CHECK_MS;
+static TimestampTz backlog_warned_at = 0;
+static bool backlog_warning = false;
+
+static void housekeeping_route(TimestampTz now);
+static void housekeeping_check_backlog(const char *database_name);
+
+/*
+ * Relay 0's housekeeping, once per lease: each job runs when its interval
+ * has passed.  Called in the lease step's transaction.
+ */
+void
+WorkerHousekeeping(TimestampTz now, const char *database_name)
+{
+	housekeeping_route(now);
+	OutboxRetentionStep(now);
+	housekeeping_check_backlog(database_name);
+}
+
+/* Route the events emitted without a destination. */
+static void
+housekeeping_route(TimestampTz now)
+{
+	if (!TimestampDifferenceExceeds(last_route, now, ROUTE_INTERVAL_MS))
+		return;
+	WorkerKeepPlan(&route_plan, "SELECT outbox._route_pending()", 0, NULL);
+	if (SPI_execute_plan(route_plan, NULL, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not route pending events");
+	last_route = now;
+}
+
+/*
+ * The backlog warning: does nothing more often than every
+ * BACKLOG_CHECK_MS (more rarely when the last measure was slow).
+ */
+static void
+housekeeping_check_backlog(const char *database_name)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int			threshold = outbox_pending_age_warning;
+	double		age = 0;
+	char	   *destination = NULL;
+	int64		pending = 0;
+
+	if (!TimestampDifferenceExceeds(backlog_checked_at, now, backlog_interval_ms))
+		return;
+	backlog_checked_at = now;
+
+	if (threshold > 0)
+	{
+		bool		isnull;
+
+		WorkerKeepPlan(&backlog_plan,
+					   "SELECT coalesce(e.destination, '(unrouted)'),"
+					   "       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-)"
+					   "                                     pg_catalog.min(e.created_at)),"
+					   "       pg_catalog.count(*)"
+					   "  FROM outbox.events AS e"
+					   " WHERE e.status OPERATOR(pg_catalog.=) 'pending'"
+					   "   AND (e.attempts OPERATOR(pg_catalog.>) 0"
+					   "        OR e.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
+					   " GROUP BY e.destination ORDER BY 2 DESC LIMIT 1",
+					   0, NULL);
+		if (SPI_execute_plan(backlog_plan, NULL, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not measure the outbox backlog");
+		if (SPI_processed > 0)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[0];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+
+			destination = SPI_getvalue(tup, desc, 1);
+			age = DatumGetFloat8(SPI_getbinval(tup, desc, 2, &isnull));
+			pending = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+		}
+
+		/* a large backlog is measured less often: at most 2% of the time */
+		backlog_interval_ms =
+			Min(BACKLOG_CHECK_MAX_MS,
+				Max(BACKLOG_CHECK_MS,
+					BACKLOG_COST_FACTOR *
+					(long) ((GetCurrentTimestamp() - now) / 1000)));
+	}
+
+	if (threshold > 0 && destination != NULL && age >= threshold)
+	{
+		if (!backlog_warning ||
+			TimestampDifferenceExceeds(backlog_warned_at, now, BACKLOG_WARN_EVERY_MS))
+		{
+			ereport(WARNING,
+					(errcode(ERRCODE_WARNING),
+					 errmsg("outbox_pg: the oldest pending event in database \"%s\" is %.0f s old",
+							database_name, age),
+					 errdetail("Destination \"%s\" has %lld pending events; outbox.pending_age_warning is %d s.",
+							   destination, (long long) pending, threshold),
+					 errhint("See outbox.health() and outbox.destination_stats: the destination may be down, paused or unrouted, or the relay may not keep up.")));
+			backlog_warned_at = now;
+		}
+		backlog_warning = true;
+	}
+	else if (backlog_warning)
+	{
+		ereport(LOG,
+				(errmsg("outbox_pg: pending events in database \"%s\" are younger than outbox.pending_age_warning again",
+						database_name)));
+		backlog_warning = false;
+	}
+}

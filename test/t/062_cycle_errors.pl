@@ -1,0 +1,86 @@
+# A relay cycle that fails is reported the way autovacuum reports a failed
+# table: the original error at LOG, with its own SQLSTATE, detail and
+# hint, and a context line saying what the relay was doing; the same error
+# again within a minute is not logged again; the worker's slot shows it;
+# and the text is made safe to log (a control character is escaped).
+# Once the cause is gone the relay delivers.  The inbox's cycle errors are
+# reported the same way.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $sink = start_sink();
+my $node = new_outbox_node('cycle_errors', qq{
+outbox.workers_per_database = 1
+log_error_verbosity = verbose
+});
+$node->start;
+my $u = $sink->{url};
+
+# Every lease fails in a trigger; a sequence (not rolled back) counts the
+# failed cycles.
+$node->safe_psql('postgres', qq{
+	CREATE EXTENSION outbox_pg;
+	INSERT INTO outbox.destinations (name, url) VALUES ('ok', '$u/ok/cycle');
+	CREATE SEQUENCE tries;
+	CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \$\$
+	BEGIN
+		PERFORM nextval('public.tries');
+		RAISE EXCEPTION 'lease refused %', chr(27) || '[31m'
+			USING ERRCODE = 'XY123', DETAIL = 'The trigger said no.',
+			      HINT = 'Drop the trigger.';
+	END \$\$;
+	CREATE TRIGGER refuse BEFORE UPDATE ON outbox.events
+		FOR EACH ROW EXECUTE FUNCTION refuse();
+});
+my $log_start = -s $node->logfile;
+my ($id) = emit_events($node, 'cycle.failing', 'ok', 1);
+
+sub log_since
+{
+	return slurp_file($node->logfile, $log_start);
+}
+
+ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT last_value >= 4 FROM tries') eq 't' }, 30),
+	'the relay keeps trying, a cycle at a time');
+my $log = log_since();
+my @reports = ($log =~ /^.*LOG:  XY123: lease refused.*$/mg);
+is(scalar(@reports), 1, 'four failed cycles, one report: the same error is not logged again within a minute');
+like($log, qr/LOG:  XY123: lease refused \\x1b\[31m\n/, 'logged at LOG with its own SQLSTATE, the control character escaped');
+like($log, qr/XY123: lease refused.*\n.*DETAIL:  The trigger said no\.\n.*HINT:  Drop the trigger\.\n.*CONTEXT:  PL\/pgSQL function (?:public\.)?refuse\(\)[^\n]*\n(?:\t[^\n]*\n)*\twhile leasing events in database "postgres"\n/,
+	'its detail and hint are kept, and the context says what the relay was doing');
+unlike($log, qr/\e\[31m/, 'no raw control character reaches the log');
+is($node->safe_psql('postgres', q{
+	SELECT state || ' | ' || last_error FROM outbox.workers() WHERE database = 'postgres'}),
+	'error | lease refused \x1b[31m', 'the slot shows the error');
+
+$node->safe_psql('postgres', 'DROP TRIGGER refuse ON outbox.events');
+is($node->safe_psql('postgres', qq{SELECT outbox.wait_published('$id', '10 s')}), 't',
+	'without the trigger the event is delivered');
+
+# the inbox: a failing lease of received messages is one report too
+$log_start = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	SELECT setval('tries', 1, false);
+	CREATE TRIGGER refuse BEFORE UPDATE ON inbox.messages
+		FOR EACH ROW EXECUTE FUNCTION refuse();
+	SELECT inbox.receive('m-1', 'thing.happened', '{}');
+});
+ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT last_value >= 4 FROM tries') eq 't' }, 30),
+	'the inbox keeps trying');
+$log = log_since();
+@reports = ($log =~ /^.*LOG:  XY123: lease refused.*$/mg);
+is(scalar(@reports), 1, 'the inbox reports its failing cycle once');
+like($log, qr/CONTEXT:  PL\/pgSQL function (?:public\.)?refuse\(\)[^\n]*\n(?:\t[^\n]*\n)*\twhile leasing inbox messages\n/,
+	'with what it was doing');
+$node->safe_psql('postgres', 'DROP TRIGGER refuse ON inbox.messages');
+
+ok(!$node->log_contains('terminated by signal'), 'no process crashed');
+$node->stop;
+stop_sink($sink);
+done_testing();
