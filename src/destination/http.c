@@ -52,6 +52,16 @@
 #include "destination/http.h"
 #include "destination/destination.h"
 
+/*
+ * libcurl 8.6 reports data that outgrew a limit (a response header line
+ * longer than CURL_MAX_HTTP_HEADER) as CURLE_TOO_LARGE; older versions
+ * call it CURLE_OUT_OF_MEMORY.  (The only libcurl difference the code
+ * knows about, so it lives here rather than in compat.h.)
+ */
+#if LIBCURL_VERSION_NUM < 0x080600
+#define CURLE_TOO_LARGE CURLE_OUT_OF_MEMORY
+#endif
+
 /* Finished easy handles kept for reuse (curl_easy_reset keeps their buffers). */
 #define HTTP_POOL_SIZE	256
 
@@ -260,6 +270,7 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 
 	req->status = 0;
 	req->duration_us = 0;
+	req->failure = TRANSPORT_OK;
 	req->curl_code = CURLE_OK;
 	req->error[0] = '\0';
 	req->response[0] = '\0';
@@ -280,6 +291,7 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 						req->error, sizeof(req->error)))
 	{
 		req->curl_code = CURLE_COULDNT_CONNECT;
+		req->failure = TRANSPORT_REFUSED;
 		req->refused = true;
 		goto done;
 	}
@@ -294,6 +306,7 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	if (easy == NULL)
 	{
 		req->curl_code = CURLE_OUT_OF_MEMORY;
+		req->failure = TRANSPORT_FAILED;
 		snprintf(req->error, sizeof(req->error), "out of memory");
 		goto done;
 	}
@@ -342,6 +355,7 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 		curl_easy_cleanup(easy);
 		req->easy = NULL;
 		req->curl_code = CURLE_OUT_OF_MEMORY;
+		req->failure = TRANSPORT_FAILED;
 		snprintf(req->error, sizeof(req->error), "could not add request");
 		goto done;
 	}
@@ -358,13 +372,14 @@ done:
 
 /*
  * Complete a request without sending it: the caller decided its outcome
- * before sending (a broker message too large to send, for instance).  It
- * comes back from the next HttpClientWait() like any other.
+ * before sending (a message too large to send, for instance).  It comes
+ * back from the next HttpClientWait() like any other.
  */
 void
 HttpClientSkip(HttpClient *client, HttpRequest *req)
 {
 	req->status = 0;
+	req->failure = TRANSPORT_OK;
 	req->curl_code = CURLE_OK;
 	req->easy = NULL;
 	req->next_done = NULL;
@@ -373,6 +388,21 @@ HttpClientSkip(HttpClient *client, HttpRequest *req)
 	else
 		client->done_head = req;
 	client->done_tail = req;
+}
+
+/*
+ * What a finished transfer means to the retry policy: an answer (any
+ * status) or none.  An answer cut short (too large, a header line over
+ * curl's limit) is no answer to classify.
+ */
+static TransportFailure
+http_failure(const HttpRequest *req)
+{
+	if (req->refused)
+		return TRANSPORT_REFUSED;
+	if (req->curl_code != CURLE_OK || req->status == 0)
+		return TRANSPORT_FAILED;
+	return TRANSPORT_OK;
 }
 
 static void
@@ -426,6 +456,7 @@ http_collect(HttpClient *client)
 					 CURL_MAX_HTTP_HEADER);
 		else if (req->curl_code != CURLE_OK && req->error[0] == '\0')
 			strlcpy(req->error, curl_easy_strerror(req->curl_code), sizeof(req->error));
+		req->failure = http_failure(req);
 		curl_multi_remove_handle(client->multi, easy);
 		if (client->npool < HTTP_POOL_SIZE)
 			client->pool[client->npool++] = easy;
@@ -506,18 +537,40 @@ HttpClientWait(HttpClient *client, long timeout_ms, bool *latch_set)
 	return done;
 }
 
-/*
- * Append a "Name: value" line to a curl header list.  On failure the
- * caller still owns (and frees) the old list.
- */
-struct curl_slist *
-OutboxAddHeader(struct curl_slist *list, const char *line)
+static void
+http_free_headers(void *arg)
 {
-	struct curl_slist *grown = curl_slist_append(list, line);
+	HttpRequest *req = (HttpRequest *) arg;
 
+	Assert(req->easy == NULL);	/* never while curl still uses it */
+	if (req->headers != NULL)
+		curl_slist_free_all(req->headers);
+	req->headers = NULL;
+}
+
+/*
+ * Append a "Name: value" line (curl copies it) to the request's header
+ * list.  The list is malloc'd by curl; the first line registers a reset
+ * callback on the current memory context, which must be the one the
+ * request lives in, so the list goes when that context is reset or
+ * deleted, on error paths too.
+ */
+void
+HttpRequestAddHeader(HttpRequest *req, const char *line)
+{
+	struct curl_slist *grown;
+
+	if (req->free_headers.func == NULL)
+	{
+		req->free_headers.func = http_free_headers;
+		req->free_headers.arg = req;
+		MemoryContextRegisterResetCallback(CurrentMemoryContext,
+										   &req->free_headers);
+	}
+	grown = curl_slist_append(req->headers, line);
 	if (grown == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
-	return grown;
+	req->headers = grown;
 }

@@ -44,11 +44,9 @@ extern uint64 OutboxStoreLease(int batch_size, Interval *lease,
 							   const char *destination);
 extern uint64 OutboxStoreAck(Datum ids, Datum statuses);
 extern uint64 OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses,
-							   Datum errors, Datum leases);
+							   Datum errors, Datum leases, Datum give_back);
 extern uint64 OutboxStoreDead(Datum ids, Datum statuses, Datum errors,
 							  Datum leases);
-extern uint64 OutboxStoreRequeue(Datum ids, Datum next_at, Datum statuses,
-								 Datum errors, Datum leases);
 
 /* version.c */
 extern char *OutboxInstalledVersion(void);
