@@ -360,6 +360,23 @@ delivery_secrets(const DestinationConfig *config)
 	return OutboxPeerSecrets(&src);
 }
 
+/* The persistent state of a destination, made on first use. */
+static RelayDestination *
+delivery_destination(const char *name)
+{
+	bool		found;
+	RelayDestination *rd = hash_search(destinations, name, HASH_ENTER, &found);
+
+	if (!found)
+	{
+		rd->in_flight = 0;
+		rd->stats = NULL;
+		rd->paused = false;
+		rd->unusable_logged_at = 0;
+	}
+	return rd;
+}
+
 static void
 delivery_release(LoadedDestination *d)
 {
@@ -382,7 +399,7 @@ delivery_cycle_end(void *arg)
 static void
 delivery_report_unusable(const char *name, ErrorData *edata)
 {
-	RelayDestination *rd = hash_search(destinations, name, HASH_ENTER, NULL);
+	RelayDestination *rd = delivery_destination(name);
 	TimestampTz now = GetCurrentTimestamp();
 	bool		log_it;
 	char	   *slot_error;
@@ -480,16 +497,8 @@ delivery_load_row(HeapTuple tup, TupleDesc desc)
 static void
 delivery_refresh_state(const LoadedDestination *d)
 {
-	bool		found;
-	RelayDestination *rd = hash_search(destinations, d->name, HASH_ENTER, &found);
+	RelayDestination *rd = delivery_destination(d->name);
 
-	if (!found)
-	{
-		rd->in_flight = 0;
-		rd->stats = NULL;
-		rd->paused = false;
-		rd->unusable_logged_at = 0;
-	}
 	if (rd->stats == NULL)		/* ops */
 		rd->stats = OutboxDestStatsAttach(RELAY_SLOT_INDEX, d->name);
 
