@@ -50,7 +50,6 @@
 #include "outbox_pg.h"
 #include "guc.h"
 #include "destination/http.h"
-#include "destination/destination.h"
 
 /*
  * libcurl 8.6 reports data that outgrew a limit (a response header line
@@ -259,6 +258,49 @@ http_open_socket(void *clientp, curlsocktype purpose,
 	return socket(address->family, address->socktype, address->protocol);
 }
 
+/* Every option of a transfer: the safety rules at the top, and the request. */
+static void
+http_configure(CURL *easy, HttpRequest *req)
+{
+	curl_easy_setopt(easy, CURLOPT_URL, req->url);
+	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
+	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, req->error);
+	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(easy, CURLOPT_PROXY, "");
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, http_open_socket);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, req);
+	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
+	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(req->timeout_ms, 10000L));
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
+	if (outbox_ca_file && outbox_ca_file[0] != '\0')
+		curl_easy_setopt(easy, CURLOPT_CAINFO, outbox_ca_file);
+	curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(easy, CURLOPT_USERAGENT, "outbox_pg/" OUTBOX_VERSION);
+	curl_easy_setopt(easy, CURLOPT_POST, 1L);
+	curl_easy_setopt(easy, CURLOPT_POSTFIELDS, req->body);
+	curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
+	if (req->headers)
+		curl_easy_setopt(easy, CURLOPT_HTTPHEADER, req->headers);
+	/* credentials: curl copies them; they never reach a log */
+	if (req->username != NULL)
+	{
+		curl_easy_setopt(easy, CURLOPT_USERNAME, req->username);
+		curl_easy_setopt(easy, CURLOPT_PASSWORD, req->password ? req->password : "");
+	}
+	if (req->aws_sigv4 != NULL)
+		curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, req->aws_sigv4);
+	else if (req->username != NULL)
+		curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long) CURLAUTH_BASIC);
+	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, http_write_callback);
+	curl_easy_setopt(easy, CURLOPT_WRITEDATA, req);
+	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, http_header_callback);
+	curl_easy_setopt(easy, CURLOPT_HEADERDATA, req);
+}
+
 /*
  * Start a request.  On a setup failure the request completes at once with
  * curl_code set and no HTTP status.
@@ -312,43 +354,7 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	}
 	req->easy = easy;
 
-	curl_easy_setopt(easy, CURLOPT_URL, req->url);
-	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
-	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, req->error);
-	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(easy, CURLOPT_PROXY, "");
-	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, http_open_socket);
-	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, req);
-	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
-	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(req->timeout_ms, 10000L));
-	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
-	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
-	if (outbox_ca_file && outbox_ca_file[0] != '\0')
-		curl_easy_setopt(easy, CURLOPT_CAINFO, outbox_ca_file);
-	curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
-	curl_easy_setopt(easy, CURLOPT_USERAGENT, "outbox_pg/" OUTBOX_VERSION);
-	curl_easy_setopt(easy, CURLOPT_POST, 1L);
-	curl_easy_setopt(easy, CURLOPT_POSTFIELDS, req->body);
-	curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
-	if (req->headers)
-		curl_easy_setopt(easy, CURLOPT_HTTPHEADER, req->headers);
-	/* credentials: curl copies them; they never reach a log */
-	if (req->username != NULL)
-	{
-		curl_easy_setopt(easy, CURLOPT_USERNAME, req->username);
-		curl_easy_setopt(easy, CURLOPT_PASSWORD, req->password ? req->password : "");
-	}
-	if (req->aws_sigv4 != NULL)
-		curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, req->aws_sigv4);
-	else if (req->username != NULL)
-		curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long) CURLAUTH_BASIC);
-	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, http_write_callback);
-	curl_easy_setopt(easy, CURLOPT_WRITEDATA, req);
-	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, http_header_callback);
-	curl_easy_setopt(easy, CURLOPT_HEADERDATA, req);
+	http_configure(easy, req);
 
 	if (curl_multi_add_handle(client->multi, easy) != CURLM_OK)
 	{
