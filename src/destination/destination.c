@@ -4,7 +4,7 @@
  *		  The registry of destination kinds.
  *
  * Adding a kind is one new file ending in its DestinationRoutine and one
- * line in the array below.
+ * line in kindlist.h.
  *
  * Also here, because delivery and the tests share them: what an answer
  * means for the messages a request carried (DestinationClassify), and
@@ -33,17 +33,15 @@
 
 PG_FUNCTION_INFO_V1(outbox_classify);
 
-extern const DestinationRoutine webhook_routine;
-extern const DestinationRoutine sns_routine;
-extern const DestinationRoutine sqs_routine;
-extern const DestinationRoutine rabbitmq_routine;
+#define DESTINATION_KIND(name) extern const DestinationRoutine name##_routine;
+#include "destination/kindlist.h"
+#undef DESTINATION_KIND
 
 static const DestinationRoutine *const routines[] =
 {
-	&webhook_routine,
-	&sns_routine,
-	&sqs_routine,
-	&rabbitmq_routine,
+#define DESTINATION_KIND(name) &name##_routine,
+#include "destination/kindlist.h"
+#undef DESTINATION_KIND
 };
 
 /* Every kind, in registry order; *n is set to their number. */

@@ -25,7 +25,7 @@
  *
  * Every kind (webhook.c, sns.c, sqs.c, rabbitmq.c) ends with one
  * static-const-initialised DestinationRoutine, exported under the name
- * <kind>_routine and listed in destination.c's registry, the way table
+ * <kind>_routine and listed in the registry (kindlist.h), the way table
  * access methods and FDWs describe themselves to the server.  Everything
  * the rest of the extension knows about a kind goes through it.
  *
