@@ -346,10 +346,12 @@ aws_message_size(const OutboxMessage *msg)
 /*
  * Why a message can never be sent (NULL if it can): its per-event headers
  * do not make valid attributes, or it is larger than the service takes.
+ * The reject callback of both kinds (target: an AwsTarget).
  */
 const char *
-AwsReject(const AwsTarget *t, const OutboxMessage *msg)
+AwsReject(void *target, const OutboxMessage *msg)
 {
+	const AwsTarget *t = (const AwsTarget *) target;
 	AwsAttributes attrs;
 	int			own;
 	size_t		size;

@@ -53,7 +53,7 @@ typedef struct AwsAttributes
 
 extern AwsTarget *AwsLoadTarget(const DestinationConfig *config,
 								const char *service);
-extern const char *AwsReject(const AwsTarget *t, const OutboxMessage *msg);
+extern const char *AwsReject(void *target, const OutboxMessage *msg);
 extern int	AwsBatchSize(const AwsTarget *t, OutboxMessage *const *msgs, int n);
 extern void AwsMessageAttributes(const OutboxMessage *msg, AwsAttributes *attrs);
 extern char *AwsGroupId(const AwsTarget *t, const OutboxMessage *msg);

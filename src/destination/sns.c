@@ -98,12 +98,6 @@ sns_load(const DestinationConfig *config)
 	return AwsLoadTarget(config, "sns");
 }
 
-static const char *
-sns_reject(void *target, const OutboxMessage *msg)
-{
-	return AwsReject((const AwsTarget *) target, msg);
-}
-
 /* Publish for one message, PublishBatch for several. */
 static int
 sns_build_request(void *target, OutboxMessage *const *msgs, int n,
@@ -287,7 +281,7 @@ const DestinationRoutine sns_routine =
 	.kind = "sns",
 	.max_batch = AWS_MAX_BATCH,
 	.load = sns_load,
-	.reject = sns_reject,
+	.reject = AwsReject,
 	.build_request = sns_build_request,
 	.classify = sns_classify,
 };

@@ -94,12 +94,6 @@ sqs_load(const DestinationConfig *config)
 	return AwsLoadTarget(config, "sqs");
 }
 
-static const char *
-sqs_reject(void *target, const OutboxMessage *msg)
-{
-	return AwsReject((const AwsTarget *) target, msg);
-}
-
 /* SendMessage for one message, SendMessageBatch for several. */
 static int
 sqs_build_request(void *target, OutboxMessage *const *msgs, int n,
@@ -290,7 +284,7 @@ const DestinationRoutine sqs_routine =
 	.kind = "sqs",
 	.max_batch = AWS_MAX_BATCH,
 	.load = sqs_load,
-	.reject = sqs_reject,
+	.reject = AwsReject,
 	.build_request = sqs_build_request,
 	.classify = sqs_classify,
 };
