@@ -1,6 +1,6 @@
 # The relay and the inbox worker under a hostile default search_path: the
 # database's search_path puts a hostile role's schema first, the schema of
-# the regression test search_path (sql/search_path.sql), which shadows the
+# the regression test search_path (test/sql/search_path.sql), which shadows the
 # functions, operators, aggregates and type names the extension uses.  The
 # workers deliver (acknowledged, retried, dead-lettered, routed later,
 # ordered), expire published events, warn about a backlog and run inbox
@@ -25,9 +25,9 @@ outbox.inbox_retention = '1s'
 $node->start;
 
 # the hostile schema, exactly as the regression test builds it
-my $script = slurp_file("$FindBin::RealBin/../../sql/search_path.sql");
+my $script = slurp_file("$FindBin::RealBin/../sql/search_path.sql");
 my ($hostile) = $script =~ /^(-- BEGIN hostile schema.*?^-- END hostile schema)$/ms;
-ok(defined $hostile, 'the hostile schema is read from sql/search_path.sql');
+ok(defined $hostile, 'the hostile schema is read from test/sql/search_path.sql');
 
 # every statement of the test itself runs with a safe search_path
 sub sql
