@@ -23,8 +23,6 @@
 #ifndef OUTBOX_COMPAT_H
 #define OUTBOX_COMPAT_H
 
-#include <curl/curl.h>
-
 #include "common/base64.h"
 #include "common/jsonapi.h"
 #include "executor/executor.h"
@@ -128,15 +126,6 @@
  */
 #if PG_VERSION_NUM < 160000
 #define guc_malloc(elevel, size) malloc(size)
-#endif
-
-/*
- * libcurl 8.6 reports data that outgrew a limit (a response header line
- * longer than CURL_MAX_HTTP_HEADER) as CURLE_TOO_LARGE; older versions
- * call it CURLE_OUT_OF_MEMORY.
- */
-#if LIBCURL_VERSION_NUM < 0x080600
-#define CURLE_TOO_LARGE CURLE_OUT_OF_MEMORY
 #endif
 
 #endif							/* OUTBOX_COMPAT_H */

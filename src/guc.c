@@ -25,6 +25,7 @@
 #include "utils/varlena.h"
 
 #include "outbox_pg.h"
+#include "util.h"
 #include "guc.h"
 #include "api/api.h"
 #include "destination/http.h"

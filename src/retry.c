@@ -32,8 +32,6 @@
 
 #include "outbox_pg.h"
 #include "retry.h"
-#include "deststats.h"
-#include "destination/destination.h"
 
 PG_FUNCTION_INFO_V1(outbox_backoff_delay);
 
@@ -56,11 +54,9 @@ OutboxBackoffDelayMs(int attempt, int base_ms, int cap_ms, double jitter)
 }
 
 DeliveryOutcome
-OutboxClassifyResponse(int status, CURLcode code, bool refused)
+OutboxClassifyResponse(int status, TransportFailure failure)
 {
-	if (refused)
-		return OUTCOME_RETRY;
-	if (code != CURLE_OK)
+	if (failure != TRANSPORT_OK)
 		return OUTCOME_RETRY;
 	if (status >= 200 && status < 300)
 		return OUTCOME_ACK;
@@ -76,9 +72,9 @@ OutboxClassifyResponse(int status, CURLcode code, bool refused)
  * breaker)?  A 4xx is the message's fault, not the destination's.
  */
 bool
-OutboxIsDestinationFailure(int status, CURLcode code)
+OutboxIsDestinationFailure(int status, TransportFailure failure)
 {
-	if (code != CURLE_OK)
+	if (failure != TRANSPORT_OK)
 		return true;
 	return status == 429 || status >= 500;
 }

@@ -105,3 +105,47 @@ OutboxUuidV7SetTime(unsigned char *uuid, int64 unix_ms)
 	for (int i = 0; i < 6; i++)
 		uuid[i] = (unsigned char) (unix_ms >> (40 - 8 * i));
 }
+
+static bool
+is_lower_hex(const char *s, int len, bool *all_zero)
+{
+	*all_zero = true;
+	for (int i = 0; i < len; i++)
+	{
+		char		c = s[i];
+
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return false;
+		if (c != '0')
+			*all_zero = false;
+	}
+	return true;
+}
+
+/*
+ * W3C Trace Context, level 1: version-traceid-parentid-flags, lower-case
+ * hex.  Version ff is invalid, all-zero ids are invalid, and version 00
+ * has exactly four fields.  Later versions may append fields after a dash.
+ */
+bool
+OutboxTraceparentIsValid(const char *value)
+{
+	size_t		len = strlen(value);
+	bool		zero;
+
+	if (len < 55)
+		return false;
+	if (!is_lower_hex(value, 2, &zero) || strncmp(value, "ff", 2) == 0)
+		return false;
+	if (value[2] != '-' || value[35] != '-' || value[52] != '-')
+		return false;
+	if (!is_lower_hex(value + 3, 32, &zero) || zero)
+		return false;
+	if (!is_lower_hex(value + 36, 16, &zero) || zero)
+		return false;
+	if (!is_lower_hex(value + 53, 2, &zero))
+		return false;
+	if (strncmp(value, "00", 2) == 0)
+		return len == 55;
+	return len == 55 || value[55] == '-';
+}

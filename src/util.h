@@ -23,4 +23,6 @@ extern JsonbValue *OutboxJsonbGet(JsonbContainer *container, const char *key);
 extern int64 OutboxUnixMicros(TimestampTz ts);
 extern void OutboxUuidV7SetTime(unsigned char *uuid, int64 unix_ms);
 
+extern bool OutboxTraceparentIsValid(const char *value);
+
 #endif							/* OUTBOX_UTIL_H */

@@ -41,7 +41,6 @@ extern void OutboxConfigInit(void);
 extern void OutboxWakeAtCommit(void);
 
 /* validate.c */
-extern bool OutboxTraceparentIsValid(const char *value);
 extern void OutboxCheckIdentifier(const char *what, const char *value,
 								  int maxlen);
 extern void OutboxCheckHeaders(Datum headers);

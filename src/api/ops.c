@@ -152,7 +152,7 @@ outbox_wait_published(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	OutboxKeepPlan(&status_plan,
+	WorkerKeepPlan(&status_plan,
 				   "SELECT e.status FROM outbox.events AS e"
 				   " WHERE e.id OPERATOR(pg_catalog.=) $1",
 				   1, argtypes);

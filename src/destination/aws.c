@@ -40,10 +40,23 @@
  * escapes and redacts them (keys and session token) when it records them
  * (peertext.c).
  *
+ * Attributes.  Every message carries String attributes event_type,
+ * message_id, and aggregate_id and traceparent when present; then its
+ * per-event headers (emit(headers => ...)), each as a String attribute
+ * named like the header.  AWS allows 10 attributes per message, names of
+ * letters, digits, '-', '_' and '.' (no leading, trailing or doubled '.',
+ * no "AWS." or "Amazon." prefix) and non-empty values.  A message whose
+ * headers do not fit these rules, or whose header names one of the
+ * relay's own attributes, is rejected before sending (dead letter, with
+ * the reason): the relay never drops or renames a header silently.
+ *
+ * This file is a library for sns.c and sqs.c (aws.h); it knows nothing
+ * of delivery or the registry.
+ *
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/aws.c
+ *		  src/destination/aws.c
  *
  *-------------------------------------------------------------------------
  */
@@ -54,10 +67,11 @@
 #include "utils/builtins.h"
 
 #include "outbox_pg.h"
+#include "util.h"
 #include "retry.h"
-#include "deststats.h"
 #include "destination/http.h"
 #include "destination/destination.h"
+#include "destination/aws.h"
 
 /* Error codes that mean "try again later". */
 static const char *const transient_codes[] = {
@@ -96,36 +110,24 @@ code_in(const char *code, const char *const *list, int n)
 }
 
 bool
-OutboxAwsErrorIsTransient(const char *code)
+AwsErrorIsTransient(const char *code)
 {
 	return code_in(code, transient_codes, lengthof(transient_codes));
 }
 
 bool
-OutboxAwsErrorIsConfig(const char *code)
+AwsErrorIsConfig(const char *code)
 {
 	return code_in(code, config_codes, lengthof(config_codes));
 }
 
-/*
- * Have curl sign the request: service "sns" or "sqs".  Adds the session
- * token header when there is one.
- */
-void
-OutboxAwsSign(const BrokerTarget *t, const char *service, HttpRequest *req,
-			  struct curl_slist **headers)
+static bool
+ends_with(const char *s, const char *suffix)
 {
-	req->aws_sigv4 = psprintf("aws:amz:%s:%s", t->region ? t->region : "us-east-1",
-							  service);
-	req->username = t->access_key_id ? t->access_key_id : "";
-	req->password = t->secret_access_key ? t->secret_access_key : "";
-	if (t->session_token != NULL && t->session_token[0] != '\0')
-	{
-		char	   *line = psprintf("X-Amz-Security-Token: %s", t->session_token);
+	size_t		n = strlen(s);
+	size_t		m = strlen(suffix);
 
-		*headers = OutboxAddHeader(*headers, line);
-		pfree(line);
-	}
+	return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
 /*
@@ -134,7 +136,7 @@ OutboxAwsSign(const BrokerTarget *t, const char *service, HttpRequest *req,
  * (SERVICE.REGION.amazonaws.com).  NULL if none.
  */
 const char *
-OutboxAwsRegion(const char *region, const char *url, const char *arn)
+AwsRegion(const char *region, const char *url, const char *arn)
 {
 	const char *p;
 
@@ -174,8 +176,8 @@ OutboxAwsRegion(const char *region, const char *url, const char *arn)
  * A FIFO MessageGroupId may hold 1 to 128 characters: ASCII letters,
  * digits and punctuation.
  */
-bool
-OutboxAwsGroupIdValid(const char *value)
+static bool
+aws_group_id_valid(const char *value)
 {
 	size_t		n = value ? strlen(value) : 0;
 
@@ -196,7 +198,7 @@ OutboxAwsGroupIdValid(const char *value)
  * to its type.
  */
 char *
-OutboxAwsGroupId(const BrokerTarget *t, const BrokerMessage *msg)
+AwsGroupId(const AwsTarget *t, const OutboxMessage *msg)
 {
 	const char *value;
 	pg_cryptohash_ctx *ctx;
@@ -210,7 +212,7 @@ OutboxAwsGroupId(const BrokerTarget *t, const BrokerMessage *msg)
 	else
 		value = (msg->aggregate_id && msg->aggregate_id[0]) ? msg->aggregate_id : msg->type;
 
-	if (OutboxAwsGroupIdValid(value))
+	if (aws_group_id_valid(value))
 		return pstrdup(value);
 
 	ctx = pg_cryptohash_create(PG_SHA256);
@@ -232,27 +234,197 @@ OutboxAwsGroupId(const BrokerTarget *t, const BrokerMessage *msg)
 }
 
 /*
- * An error answer for the whole request: decide every message of the
- * batch by the status and the AWS error code.
+ * The configuration of an SNS (service "sns") or SQS ("sqs") destination,
+ * with the defaults the README documents.
+ */
+AwsTarget *
+AwsLoadTarget(const DestinationConfig *config, const char *service)
+{
+	const DestinationDefinition *def = config->def;
+	const DestinationCredentials *cred = def->credentials;
+	AwsTarget  *t = palloc0(sizeof(AwsTarget));
+	bool		sns = (strcmp(service, "sns") == 0);
+	const char *v;
+
+	t->name = def->name;
+	t->url = def->url;
+	t->service = service;
+	t->service_name = sns ? "SNS" : "SQS";
+	t->max_bytes = sns ? AWS_SNS_MAX_BYTES : AWS_SQS_MAX_BYTES;
+	t->batch_size = AWS_MAX_BATCH;
+	if ((v = OutboxJsonbOption(def->options, "batch_size")) != NULL)
+		t->batch_size = Max(1, Min(AWS_MAX_BATCH, atoi(v)));
+	t->topic_arn = OutboxJsonbOption(def->options, "topic_arn");
+	t->queue_url = OutboxJsonbOption(def->options, "queue_url");
+	if (t->queue_url == NULL)
+		t->queue_url = def->url;
+	t->region = AwsRegion(OutboxJsonbOption(def->options, "region"),
+						   def->url, t->topic_arn);
+	if ((v = OutboxJsonbOption(def->options, "fifo")) != NULL)
+		t->fifo = (strcmp(v, "true") == 0);
+	else if (sns)
+		t->fifo = (t->topic_arn != NULL && ends_with(t->topic_arn, ".fifo"));
+	else
+		t->fifo = ends_with(t->queue_url, ".fifo");
+	t->group_key = OutboxJsonbOption(def->options, "message_group_key");
+	if (t->group_key == NULL)
+		t->group_key = "aggregate_id";
+	if (cred != NULL)
+	{
+		t->access_key_id = cred->aws_access_key_id;
+		t->secret_access_key = cred->aws_secret_access_key;
+		t->session_token = cred->aws_session_token;
+	}
+	return t;
+}
+
+/*
+ * The String attributes of a message, the same for SNS and SQS: event
+ * type, message id, the aggregate id and trace context when present, then
+ * the per-event headers.  Whether they are acceptable is AwsReject()'s
+ * to say; only the first AWS_MAX_ATTRIBUTES are listed.
  */
 void
-OutboxAwsClassifyError(BrokerBatch *batch, HttpRequest *req,
-					   const char *code, const char *message)
+AwsMessageAttributes(const OutboxMessage *msg, AwsAttributes *attrs)
+{
+	int			n = 0;
+
+	attrs->names[n] = "event_type";
+	attrs->values[n++] = msg->type;
+	attrs->names[n] = "message_id";
+	attrs->values[n++] = msg->id;
+	if (msg->aggregate_id && msg->aggregate_id[0])
+	{
+		attrs->names[n] = "aggregate_id";
+		attrs->values[n++] = msg->aggregate_id;
+	}
+	if (msg->traceparent && msg->traceparent[0])
+	{
+		attrs->names[n] = "traceparent";
+		attrs->values[n++] = msg->traceparent;
+	}
+	attrs->own = n;
+	for (int i = 0; i < msg->nheaders && n < AWS_MAX_ATTRIBUTES; i++)
+	{
+		attrs->names[n] = msg->headers[i].name;
+		attrs->values[n++] = msg->headers[i].value;
+	}
+	attrs->n = n;
+}
+
+/* Is this a name AWS accepts for a message attribute? */
+static bool
+aws_attribute_name_valid(const char *name)
+{
+	size_t		len = strlen(name);
+
+	if (len == 0 || len > 256 || name[0] == '.' || name[len - 1] == '.' ||
+		strstr(name, "..") != NULL ||
+		pg_strncasecmp(name, "aws.", 4) == 0 ||
+		pg_strncasecmp(name, "amazon.", 7) == 0)
+		return false;
+	for (const char *p = name; *p; p++)
+		if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+			  (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.'))
+			return false;
+	return true;
+}
+
+/* The size AWS counts: the body plus every attribute's name, type, value. */
+static size_t
+aws_message_size(const OutboxMessage *msg)
+{
+	AwsAttributes attrs;
+	size_t		size = strlen(msg->payload);
+
+	AwsMessageAttributes(msg, &attrs);
+	for (int i = 0; i < attrs.n; i++)
+		size += strlen(attrs.names[i]) + strlen("String") + strlen(attrs.values[i]);
+	return size;
+}
+
+/*
+ * Why a message can never be sent (NULL if it can): its per-event headers
+ * do not make valid attributes, or it is larger than the service takes.
+ * The reject callback of both kinds (target: an AwsTarget).
+ */
+const char *
+AwsReject(void *target, const OutboxMessage *msg)
+{
+	const AwsTarget *t = (const AwsTarget *) target;
+	AwsAttributes attrs;
+	int			own;
+	size_t		size;
+
+	AwsMessageAttributes(msg, &attrs);
+	own = attrs.own;
+	if (own + msg->nheaders > AWS_MAX_ATTRIBUTES)
+		return psprintf("too many headers for %s: %d headers and %d attributes of the relay's own make %d message attributes, the limit is %d; not sent",
+						t->service_name, msg->nheaders, own,
+						own + msg->nheaders, AWS_MAX_ATTRIBUTES);
+	for (int i = 0; i < msg->nheaders; i++)
+	{
+		const OutboxHeader *h = &msg->headers[i];
+
+		if (!aws_attribute_name_valid(h->name))
+			return psprintf("header \"%s\" is not a valid %s message attribute name; not sent",
+							h->name, t->service_name);
+		for (int k = 0; k < own; k++)
+			if (strcmp(h->name, attrs.names[k]) == 0)
+				return psprintf("header \"%s\" has the name of an attribute the relay sets itself; not sent",
+								h->name);
+		if (h->value[0] == '\0')
+			return psprintf("header \"%s\" is empty, and %s message attributes cannot be; not sent",
+							h->name, t->service_name);
+	}
+	size = aws_message_size(msg);
+	if (size > t->max_bytes)
+		return psprintf("message too large for %s: %zu bytes with its attributes, the limit is %zu; not sent",
+						t->service_name, size, t->max_bytes);
+	return NULL;
+}
+
+/*
+ * How many of the messages (each accepted by AwsReject) one request
+ * carries: up to batch_size, within the service's size limit for a batch.
+ */
+int
+AwsBatchSize(const AwsTarget *t, OutboxMessage *const *msgs, int n)
+{
+	int			k = 0;
+	size_t		total = 0;
+
+	while (k < n && k < t->batch_size)
+	{
+		size_t		size = aws_message_size(msgs[k]);
+
+		if (k > 0 && total + size > t->max_bytes)
+			break;
+		total += size;
+		k++;
+	}
+	return k;
+}
+
+/*
+ * An error answer for the whole request: decide every message by the
+ * status and the AWS error code.  Returns whether the destination failed.
+ */
+bool
+AwsClassifyError(const HttpRequest *req, const char *code,
+				 const char *message, int n, DeliveryResult *results)
 {
 	DeliveryOutcome outcome;
+	bool		failed = false;
 	char	   *error;
 	int			status = req->status;
 
 	if (status >= 500 || status == 408 || status == 429 ||
-		OutboxAwsErrorIsTransient(code))
+		AwsErrorIsTransient(code) ||
+		AwsErrorIsConfig(code) || status == 401 || status == 403)
 	{
 		outcome = OUTCOME_RETRY;
-		batch->destination_failure = true;
-	}
-	else if (OutboxAwsErrorIsConfig(code) || status == 401 || status == 403)
-	{
-		outcome = OUTCOME_RETRY;
-		batch->destination_failure = true;
+		failed = true;
 	}
 	else if (status >= 200 && status < 300)
 	{
@@ -264,86 +436,55 @@ OutboxAwsClassifyError(BrokerBatch *batch, HttpRequest *req,
 
 	error = psprintf("HTTP %d: %s: %s", status,
 					 code ? code : "error", message ? message : "");
-	for (int i = 0; i < batch->nmsgs; i++)
-		OutboxBrokerDecide(batch->msgs[i], outcome, status, error);
-}
-
-/*
- * The String message attributes of a message, as (name, value) pairs, the
- * same for SNS and SQS: event type, message id, and the aggregate id and
- * trace context when present.  Returns how many there are (at most
- * AWS_MAX_ATTRIBUTES).
- */
-int
-OutboxAwsAttributes(const BrokerMessage *msg,
-					const char *names[AWS_MAX_ATTRIBUTES],
-					const char *values[AWS_MAX_ATTRIBUTES])
-{
-	int			n = 0;
-
-	names[n] = "event_type";
-	values[n++] = msg->type;
-	names[n] = "message_id";
-	values[n++] = msg->id;
-	if (msg->aggregate_id && msg->aggregate_id[0])
-	{
-		names[n] = "aggregate_id";
-		values[n++] = msg->aggregate_id;
-	}
-	if (msg->traceparent && msg->traceparent[0])
-	{
-		names[n] = "traceparent";
-		values[n++] = msg->traceparent;
-	}
-	return n;
-}
-
-/*
- * The size AWS counts against its message limit: the body plus every
- * attribute's name, type ("String") and value.
- */
-size_t
-OutboxAwsMessageSize(const BrokerMessage *msg)
-{
-	const char *names[AWS_MAX_ATTRIBUTES];
-	const char *values[AWS_MAX_ATTRIBUTES];
-	int			n = OutboxAwsAttributes(msg, names, values);
-	size_t		size = strlen(msg->payload);
-
 	for (int i = 0; i < n; i++)
-		size += strlen(names[i]) + strlen("String") + strlen(values[i]);
-	return size;
+		DeliveryResultSet(&results[i], outcome, error);
+	return failed;
+}
+
+/*
+ * A failed entry of a batch answer (call: "PublishBatch" or
+ * "SendMessageBatch"): the sender's fault is the message's (dead letter)
+ * unless the code says otherwise; anything else is retried.
+ */
+bool
+AwsClassifyEntry(const char *call, const char *code, const char *message,
+				 bool sender_fault, DeliveryResult *result)
+{
+	DeliveryOutcome outcome = OUTCOME_RETRY;
+
+	if (sender_fault && !AwsErrorIsTransient(code) && !AwsErrorIsConfig(code))
+		outcome = OUTCOME_DEAD;
+	DeliveryResultSet(result, outcome,
+					  psprintf("%s entry failed (%s): %s: %s", call,
+							   sender_fault ? "sender fault" : "service fault",
+							   code ? code : "error", message ? message : ""));
+	return false;
 }
 
 /*
  * Finish an AWS request: its headers (no empty header, no spaces inside
- * values: see the notes at the top), the SigV4 signature and the body.
- * target may be NULL.  The header list is freed on error.
+ * values: see the notes at the top), the SigV4 signature (curl signs;
+ * service "sns" or "sqs") and the body.  target may be NULL.
  */
 void
-OutboxAwsRequest(const BrokerTarget *t, const char *service,
-				 const char *content_type, const char *target,
-				 StringInfo body, HttpRequest *req)
+AwsRequest(const AwsTarget *t, const char *content_type, const char *target,
+		   StringInfo body, HttpRequest *req)
 {
-	struct curl_slist *volatile h = NULL;
-
-	PG_TRY();
+	HttpRequestAddHeader(req, content_type);
+	if (target != NULL)
+		HttpRequestAddHeader(req, target);
+	if (t->session_token != NULL && t->session_token[0] != '\0')
 	{
-		h = OutboxAddHeader(h, content_type);
-		if (target != NULL)
-			h = OutboxAddHeader(h, target);
-		OutboxAwsSign(t, service, req, (struct curl_slist **) &h);
-	}
-	PG_CATCH();
-	{
-		if (h)
-			curl_slist_free_all(h);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+		char	   *line = psprintf("X-Amz-Security-Token: %s", t->session_token);
 
+		HttpRequestAddHeader(req, line);
+		pfree(line);
+	}
+	req->aws_sigv4 = psprintf("aws:amz:%s:%s", t->region ? t->region : "us-east-1",
+							  t->service);
+	req->username = t->access_key_id ? t->access_key_id : "";
+	req->password = t->secret_access_key ? t->secret_access_key : "";
 	req->url = t->url;
-	req->headers = h;
 	req->body = body->data;
 	req->body_len = body->len;
 }

@@ -25,9 +25,69 @@
  *
  * Every kind (webhook.c, sns.c, sqs.c, rabbitmq.c) ends with one
  * static-const-initialised DestinationRoutine, exported under the name
- * <kind>_routine and listed in destination.c's registry, the way table
+ * <kind>_routine and listed in the registry (kindlist.h), the way table
  * access methods and FDWs describe themselves to the server.  Everything
  * the rest of the extension knows about a kind goes through it.
+ *
+ * Delivery (worker/delivery.c) drives a kind through four callbacks, and
+ * a kind never calls back into delivery or the registry:
+ *
+ *	load			reads the destination's configuration into a kind-private
+ *					target, in the current memory context, once per lease
+ *					step; the target lives as long as any event leased with it.
+ *	reject			(optional) says why a message can never be sent (too
+ *					large, too many attributes): it is dead-lettered with that
+ *					reason without a request.
+ *	build_request	fills one HttpRequest for the first k (1 <= k <= n) of
+ *					the messages and returns k; at most max_batch are given.
+ *					Headers go through HttpRequestAddHeader(), everything else
+ *					is palloc'd in the current (the request's) context.
+ *	classify		reads an answer (never called when there was none: delivery
+ *					retries those itself), gives each message its result, and
+ *					returns true when the destination itself failed (counts
+ *					for its circuit breaker).  It never ERRORs on what the peer
+ *					sent; a message it leaves undecided is retried.
+ *
+ * Delivery applies, once for all kinds: transport failures, Retry-After,
+ * max_attempts, max_age, the circuit breaker and the error text's safety
+ * (peertext.c).  The kind decides what an answer means, nothing else.
+ *
+ * Per-event headers (emit(headers => ...)) reach every kind in the
+ * OutboxMessage; each kind says in its file header what it does with
+ * them (webhook: HTTP headers; rabbitmq: the message's headers property;
+ * sns, sqs: message attributes, or a rejection when they do not fit).
+ *
+ * ---- Non-HTTP transports (design; no such kind yet) ----
+ *
+ * A kind that speaks a broker's own protocol through a native client
+ * (librdkafka, rabbitmq-c) leaves build_request and classify NULL and
+ * sets start, poll and wait_events; GetDestinationRoutine() asserts that
+ * a kind has exactly one of the two sets.
+ *
+ *	- Connections outlive a lease step: such a kind keeps its client in
+ *	  its own process-lifetime state keyed by destination name, and load
+ *	  returns a target pointing at it (rebuilt when the configuration
+ *	  changed).  The client runs in the relay process only; no library
+ *	  thread ever calls into PostgreSQL.
+ *	- start(target, msgs, n, token) hands up to n messages to the client
+ *	  without blocking (produce, publish with confirms) and returns how
+ *	  many it took; token names that group in its completions.
+ *	- Sockets: before every wait the relay asks wait_events() for the
+ *	  descriptors the client wants watched (its sockets, or one event fd
+ *	  the library signals) and adds them to the WaitEventSet that already
+ *	  holds the latch, postmaster death and curl's epoll fd; so SIGTERM,
+ *	  barriers and postmaster death interrupt a broker wait exactly like
+ *	  an HTTP one.
+ *	- Completions: after every wait the relay calls poll(), which returns
+ *	  finished groups as (token, one DeliveryResult per message,
+ *	  destination failed): delivery records them exactly as it records a
+ *	  classified HTTP answer, so retries, dead letters and the circuit
+ *	  need nothing new.
+ *	- SIGTERM: the relay leases nothing more and polls until every group
+ *	  completed or the lease of the oldest in-flight event ends, whichever
+ *	  comes first; what is unconfirmed then is not recorded and is sent
+ *	  again after its lease (at-least-once), so the flush is bounded by
+ *	  the lease (timeout_ms + outbox.lease_margin), never by the broker.
  */
 
 /*
@@ -81,6 +141,47 @@ typedef struct DestinationDefinition
 	const DestinationCredentials *credentials;
 } DestinationDefinition;
 
+/* What a kind's load sees of one outbox.destinations row. */
+typedef struct DestinationConfig
+{
+	const DestinationDefinition *def;	/* name, kind, url, options, credentials */
+	bool		structured;		/* format = 'structured' (webhook) */
+	List	   *header_lines;	/* destinations.headers as "Name: value" */
+	List	   *signing_secrets;	/* destinations.signing_secrets, as text */
+	const char *bearer_token;	/* NULL if none */
+	const char *database;		/* the relay's database (default ce-source) */
+} DestinationConfig;
+
+/* One per-event header (outbox.events.headers). */
+typedef struct OutboxHeader
+{
+	const char *name;
+	const char *value;
+} OutboxHeader;
+
+/* One event, as every kind sees it. */
+typedef struct OutboxMessage
+{
+	const char *id;				/* the row's UUID: the message id everywhere */
+	const char *type;
+	const char *aggregate_id;	/* NULL if none */
+	const char *payload;		/* JSON text */
+	const char *traceparent;	/* NULL if none */
+	const char *time;			/* RFC 3339, UTC */
+	const char *destination;
+	int			nheaders;
+	OutboxHeader *headers;		/* per-event headers, in the object's order */
+} OutboxMessage;
+
+/* What became of one message; a message left undecided is retried. */
+typedef struct DeliveryResult
+{
+	bool		decided;
+	DeliveryOutcome outcome;
+	char	   *error;			/* what the peer said; NULL when acknowledged */
+	size_t		error_len;		/* error's length: it may quote binary bytes */
+} DeliveryResult;
+
 typedef struct DestinationRoutine
 {
 	const char *kind;			/* outbox.destinations.kind */
@@ -89,18 +190,68 @@ typedef struct DestinationRoutine
 	/* validation (one source of truth: the trigger and the relay's loader) */
 	const DestinationOption *options;	/* the kind's own keys */
 	void		(*validate) (const DestinationDefinition *def); /* ERROR 22023 */
+
+	/* delivery over HTTP (see the notes above) */
+	void	   *(*load) (const DestinationConfig *config);
+	const char *(*reject) (void *target, const OutboxMessage *msg);
+	int			(*build_request) (void *target, OutboxMessage *const *msgs,
+								  int n, HttpRequest *req);
+	bool		(*classify) (void *target, const HttpRequest *req,
+							 OutboxMessage *const *msgs, int n,
+							 DeliveryResult *results);
+
+	/* delivery over a native client (designed above; no kind uses it yet) */
+	int			(*start) (void *target, OutboxMessage *const *msgs, int n,
+						  void *token);
+	int			(*wait_events) (void *target, pgsocket *socks, uint32 *events,
+								int max);
+	int			(*poll) (void *target, void **tokens, DeliveryResult **results,
+						 bool *destination_failed, int max);
 } DestinationRoutine;
 
-/* the kinds (each defined at the end of its own file) */
-extern const DestinationRoutine webhook_routine;
-extern const DestinationRoutine sns_routine;
-extern const DestinationRoutine sqs_routine;
-extern const DestinationRoutine rabbitmq_routine;
+/* the kinds, each defined at the end of its own file (kindlist.h) */
+#define DESTINATION_KIND(name) extern const DestinationRoutine name##_routine;
+#include "destination/kindlist.h"
+#undef DESTINATION_KIND
+
+/*
+ * Give a message its result unless it has one (the first decision
+ * stands).  Inline, so that kinds need nothing from destination.c.
+ */
+static inline void
+DeliveryResultSetBinary(DeliveryResult *result, DeliveryOutcome outcome,
+						const char *error, size_t len)
+{
+	if (result->decided)
+		return;
+	result->decided = true;
+	result->outcome = outcome;
+	result->error = NULL;
+	result->error_len = 0;
+	if (error != NULL)
+	{
+		result->error = palloc(len + 1);
+		memcpy(result->error, error, len);
+		result->error[len] = '\0';
+		result->error_len = len;
+	}
+}
+
+static inline void
+DeliveryResultSet(DeliveryResult *result, DeliveryOutcome outcome,
+				  const char *error)
+{
+	DeliveryResultSetBinary(result, outcome, error, error ? strlen(error) : 0);
+}
 
 /* destination.c */
 extern const DestinationRoutine *GetDestinationRoutine(const char *kind);
 extern const DestinationRoutine *const *DestinationRoutines(int *n);
 extern const char *DestinationKindList(void);
+extern bool DestinationClassify(const DestinationRoutine *routine,
+								void *target, const HttpRequest *req,
+								OutboxMessage *const *msgs, int n,
+								DeliveryResult *results);
 
 /* validate.c */
 typedef enum DestinationCredentialsNeed
@@ -110,6 +261,8 @@ typedef enum DestinationCredentialsNeed
 } DestinationCredentialsNeed;
 
 extern void DestinationValidate(const DestinationDefinition *def);
+
+/* options.c */
 extern const char *DestinationOptionText(const DestinationDefinition *def,
 										 const char *key);
 extern bool DestinationMatches(const char *value, const char *pattern,
@@ -126,138 +279,6 @@ extern void DestinationCheckNoQuery(const DestinationDefinition *def,
 									const char *hint);
 
 /* webhook.c */
-typedef struct WebhookEvent
-{
-	const char *id;
-	const char *type;
-	const char *aggregate_id;
-	const char *payload;
-	const char *traceparent;
-	const char *time;			/* RFC 3339, UTC */
-	List	   *extra_headers;	/* "Name: value" strings */
-} WebhookEvent;
-
-typedef struct WebhookTarget
-{
-	bool		structured;		/* CloudEvents structured mode */
-	const char *source;			/* ce-source */
-	List	   *headers;		/* "Name: value" strings */
-	List	   *signing_keys;	/* bytea-like: StringInfo of raw key bytes */
-	const char *bearer_token;
-} WebhookTarget;
-
-extern void OutboxBuildWebhook(const WebhookEvent *ev, const WebhookTarget *t,
-							   HttpRequest *req, char **body);
 extern bool OutboxDecodeSigningSecret(const char *secret, StringInfo key);
-
-/* broker.c: destinations of kind sns, sqs and rabbitmq */
-#define OUTBOX_BROKER_MAX_BATCH	10	/* entries of one SNS/SQS batch call */
-#define OUTBOX_SNS_MAX_BYTES	262144	/* SNS: message + attributes, and a batch */
-#define OUTBOX_SQS_MAX_BYTES	1048576 /* SQS: message + attributes, and a batch */
-
-typedef enum BrokerKind
-{
-	BROKER_SNS,
-	BROKER_SQS,
-	BROKER_RABBITMQ
-} BrokerKind;
-
-/* One destination's broker configuration, in cycle memory. */
-typedef struct BrokerTarget
-{
-	BrokerKind	kind;
-	const char *name;			/* destination name */
-	const char *url;			/* endpoint, or management API base */
-	int			batch_size;		/* SNS/SQS: 1 .. OUTBOX_BROKER_MAX_BATCH */
-	/* AWS */
-	const char *region;
-	const char *topic_arn;		/* SNS */
-	const char *queue_url;		/* SQS */
-	bool		fifo;
-	const char *group_key;		/* aggregate_id | type | destination */
-	const char *access_key_id;
-	const char *secret_access_key;
-	const char *session_token;
-	/* RabbitMQ */
-	const char *vhost;
-	const char *exchange;
-	const char *routing_key;	/* template: {type} {aggregate_id} ... */
-	bool		unroutable_dead;
-	const char *username;
-	const char *password;
-} BrokerTarget;
-
-/* One event as a broker message, and what became of it. */
-typedef struct BrokerMessage
-{
-	const char *id;
-	const char *type;
-	const char *aggregate_id;
-	const char *payload;		/* JSON text */
-	const char *traceparent;
-	const char *time;			/* RFC 3339, UTC */
-	const char *destination;
-
-	bool		decided;		/* outcome known before or without sending */
-	DeliveryOutcome outcome;
-	int			status;			/* HTTP status of its request, 0 if none */
-	char	   *error;			/* NULL when acknowledged */
-} BrokerMessage;
-
-/* The messages one request carries, for classifying its response. */
-typedef struct BrokerBatch
-{
-	BrokerKind	kind;
-	bool		batch_call;		/* PublishBatch / SendMessageBatch */
-	bool		unroutable_dead;
-	int			nmsgs;
-	BrokerMessage *msgs[OUTBOX_BROKER_MAX_BATCH];
-	bool		destination_failure;	/* set by OutboxBrokerClassify() */
-} BrokerBatch;
-
-extern BrokerTarget *OutboxBrokerTarget(const char *kind, const char *name,
-										const char *url, Datum options,
-										const char *const *credentials);
-extern void OutboxBrokerCheck(const BrokerTarget *t, BrokerMessage *msg);
-extern int	OutboxBrokerBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
-							  HttpRequest *req, BrokerBatch *batch);
-extern void OutboxBrokerClassify(BrokerBatch *batch, HttpRequest *req);
-extern void OutboxBrokerDecide(BrokerMessage *msg, DeliveryOutcome outcome,
-							   int status, const char *error);
-
-/* aws.c */
-extern void OutboxAwsSign(const BrokerTarget *t, const char *service,
-						  HttpRequest *req, struct curl_slist **headers);
-extern const char *OutboxAwsRegion(const char *region, const char *url,
-								   const char *arn);
-extern bool OutboxAwsGroupIdValid(const char *value);
-extern char *OutboxAwsGroupId(const BrokerTarget *t, const BrokerMessage *msg);
-extern bool OutboxAwsErrorIsTransient(const char *code);
-extern bool OutboxAwsErrorIsConfig(const char *code);
-extern void OutboxAwsClassifyError(BrokerBatch *batch, HttpRequest *req,
-								   const char *code, const char *message);
-#define AWS_MAX_ATTRIBUTES		4
-extern int	OutboxAwsAttributes(const BrokerMessage *msg,
-								const char *names[AWS_MAX_ATTRIBUTES],
-								const char *values[AWS_MAX_ATTRIBUTES]);
-extern size_t OutboxAwsMessageSize(const BrokerMessage *msg);
-extern void OutboxAwsRequest(const BrokerTarget *t, const char *service,
-							 const char *content_type, const char *target,
-							 StringInfo body, HttpRequest *req);
-
-/* sns.c */
-extern void OutboxSnsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
-						   HttpRequest *req, BrokerBatch *batch);
-extern void OutboxSnsClassify(BrokerBatch *batch, HttpRequest *req);
-
-/* sqs.c */
-extern void OutboxSqsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
-						   HttpRequest *req, BrokerBatch *batch);
-extern void OutboxSqsClassify(BrokerBatch *batch, HttpRequest *req);
-
-/* rabbitmq.c */
-extern void OutboxRabbitBuild(const BrokerTarget *t, BrokerMessage *msg,
-							  HttpRequest *req, BrokerBatch *batch);
-extern void OutboxRabbitClassify(BrokerBatch *batch, HttpRequest *req);
 
 #endif							/* OUTBOX_DESTINATION_H */

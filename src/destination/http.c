@@ -50,7 +50,16 @@
 #include "outbox_pg.h"
 #include "guc.h"
 #include "destination/http.h"
-#include "destination/destination.h"
+
+/*
+ * libcurl 8.6 reports data that outgrew a limit (a response header line
+ * longer than CURL_MAX_HTTP_HEADER) as CURLE_TOO_LARGE; older versions
+ * call it CURLE_OUT_OF_MEMORY.  (The only libcurl difference the code
+ * knows about, so it lives here rather than in compat.h.)
+ */
+#if LIBCURL_VERSION_NUM < 0x080600
+#define CURLE_TOO_LARGE CURLE_OUT_OF_MEMORY
+#endif
 
 /* Finished easy handles kept for reuse (curl_easy_reset keeps their buffers). */
 #define HTTP_POOL_SIZE	256
@@ -249,56 +258,10 @@ http_open_socket(void *clientp, curlsocktype purpose,
 	return socket(address->family, address->socktype, address->protocol);
 }
 
-/*
- * Start a request.  On a setup failure the request completes at once with
- * curl_code set and no HTTP status.
- */
-void
-HttpClientStart(HttpClient *client, HttpRequest *req)
+/* Every option of a transfer: the safety rules at the top, and the request. */
+static void
+http_configure(CURL *easy, HttpRequest *req)
 {
-	CURL	   *easy;
-
-	req->status = 0;
-	req->duration_us = 0;
-	req->curl_code = CURLE_OK;
-	req->error[0] = '\0';
-	req->response[0] = '\0';
-	req->response_len = 0;
-	req->response_total = 0;
-	req->response_too_large = false;
-	req->retry_after_secs = -1;
-	req->next_done = NULL;
-	req->easy = NULL;
-	req->capture_len = 0;
-	if (req->capture != NULL && req->capture_size > 0)
-		req->capture[0] = '\0';
-
-	req->refused = false;
-	req->egress_refused = false;
-	req->egress_error[0] = '\0';
-	if (!EgressCheckUrl(outbox_allowed_hosts_list, req->url, &req->egress_by_name,
-						req->error, sizeof(req->error)))
-	{
-		req->curl_code = CURLE_COULDNT_CONNECT;
-		req->refused = true;
-		goto done;
-	}
-
-	if (client->npool > 0)
-	{
-		easy = client->pool[--client->npool];
-		curl_easy_reset(easy);
-	}
-	else
-		easy = curl_easy_init();
-	if (easy == NULL)
-	{
-		req->curl_code = CURLE_OUT_OF_MEMORY;
-		snprintf(req->error, sizeof(req->error), "out of memory");
-		goto done;
-	}
-	req->easy = easy;
-
 	curl_easy_setopt(easy, CURLOPT_URL, req->url);
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, req->error);
@@ -336,12 +299,69 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, req);
 	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, http_header_callback);
 	curl_easy_setopt(easy, CURLOPT_HEADERDATA, req);
+}
+
+/*
+ * Start a request.  On a setup failure the request completes at once with
+ * curl_code set and no HTTP status.
+ */
+void
+HttpClientStart(HttpClient *client, HttpRequest *req)
+{
+	CURL	   *easy;
+
+	req->status = 0;
+	req->duration_us = 0;
+	req->failure = TRANSPORT_OK;
+	req->curl_code = CURLE_OK;
+	req->error[0] = '\0';
+	req->response[0] = '\0';
+	req->response_len = 0;
+	req->response_total = 0;
+	req->response_too_large = false;
+	req->retry_after_secs = -1;
+	req->next_done = NULL;
+	req->easy = NULL;
+	req->capture_len = 0;
+	if (req->capture != NULL && req->capture_size > 0)
+		req->capture[0] = '\0';
+
+	req->refused = false;
+	req->egress_refused = false;
+	req->egress_error[0] = '\0';
+	if (!EgressCheckUrl(outbox_allowed_hosts_list, req->url, &req->egress_by_name,
+						req->error, sizeof(req->error)))
+	{
+		req->curl_code = CURLE_COULDNT_CONNECT;
+		req->failure = TRANSPORT_REFUSED;
+		req->refused = true;
+		goto done;
+	}
+
+	if (client->npool > 0)
+	{
+		easy = client->pool[--client->npool];
+		curl_easy_reset(easy);
+	}
+	else
+		easy = curl_easy_init();
+	if (easy == NULL)
+	{
+		req->curl_code = CURLE_OUT_OF_MEMORY;
+		req->failure = TRANSPORT_FAILED;
+		snprintf(req->error, sizeof(req->error), "out of memory");
+		goto done;
+	}
+	req->easy = easy;
+
+	http_configure(easy, req);
 
 	if (curl_multi_add_handle(client->multi, easy) != CURLM_OK)
 	{
 		curl_easy_cleanup(easy);
 		req->easy = NULL;
 		req->curl_code = CURLE_OUT_OF_MEMORY;
+		req->failure = TRANSPORT_FAILED;
 		snprintf(req->error, sizeof(req->error), "could not add request");
 		goto done;
 	}
@@ -358,13 +378,14 @@ done:
 
 /*
  * Complete a request without sending it: the caller decided its outcome
- * before sending (a broker message too large to send, for instance).  It
- * comes back from the next HttpClientWait() like any other.
+ * before sending (a message too large to send, for instance).  It comes
+ * back from the next HttpClientWait() like any other.
  */
 void
 HttpClientSkip(HttpClient *client, HttpRequest *req)
 {
 	req->status = 0;
+	req->failure = TRANSPORT_OK;
 	req->curl_code = CURLE_OK;
 	req->easy = NULL;
 	req->next_done = NULL;
@@ -373,6 +394,21 @@ HttpClientSkip(HttpClient *client, HttpRequest *req)
 	else
 		client->done_head = req;
 	client->done_tail = req;
+}
+
+/*
+ * What a finished transfer means to the retry policy: an answer (any
+ * status) or none.  An answer cut short (too large, a header line over
+ * curl's limit) is no answer to classify.
+ */
+static TransportFailure
+http_failure(const HttpRequest *req)
+{
+	if (req->refused)
+		return TRANSPORT_REFUSED;
+	if (req->curl_code != CURLE_OK || req->status == 0)
+		return TRANSPORT_FAILED;
+	return TRANSPORT_OK;
 }
 
 static void
@@ -426,6 +462,7 @@ http_collect(HttpClient *client)
 					 CURL_MAX_HTTP_HEADER);
 		else if (req->curl_code != CURLE_OK && req->error[0] == '\0')
 			strlcpy(req->error, curl_easy_strerror(req->curl_code), sizeof(req->error));
+		req->failure = http_failure(req);
 		curl_multi_remove_handle(client->multi, easy);
 		if (client->npool < HTTP_POOL_SIZE)
 			client->pool[client->npool++] = easy;
@@ -506,18 +543,40 @@ HttpClientWait(HttpClient *client, long timeout_ms, bool *latch_set)
 	return done;
 }
 
-/*
- * Append a "Name: value" line to a curl header list.  On failure the
- * caller still owns (and frees) the old list.
- */
-struct curl_slist *
-OutboxAddHeader(struct curl_slist *list, const char *line)
+static void
+http_free_headers(void *arg)
 {
-	struct curl_slist *grown = curl_slist_append(list, line);
+	HttpRequest *req = (HttpRequest *) arg;
 
+	Assert(req->easy == NULL);	/* never while curl still uses it */
+	if (req->headers != NULL)
+		curl_slist_free_all(req->headers);
+	req->headers = NULL;
+}
+
+/*
+ * Append a "Name: value" line (curl copies it) to the request's header
+ * list.  The list is malloc'd by curl; the first line registers a reset
+ * callback on the current memory context, which must be the one the
+ * request lives in, so the list goes when that context is reset or
+ * deleted, on error paths too.
+ */
+void
+HttpRequestAddHeader(HttpRequest *req, const char *line)
+{
+	struct curl_slist *grown;
+
+	if (req->free_headers.func == NULL)
+	{
+		req->free_headers.func = http_free_headers;
+		req->free_headers.arg = req;
+		MemoryContextRegisterResetCallback(CurrentMemoryContext,
+										   &req->free_headers);
+	}
+	grown = curl_slist_append(req->headers, line);
 	if (grown == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
-	return grown;
+	req->headers = grown;
 }

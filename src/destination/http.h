@@ -15,7 +15,10 @@
 
 #include <curl/curl.h>
 
+#include "utils/memutils.h"
+
 #include "outbox_pg.h"
+#include "retry.h"
 
 /* egress.c */
 typedef struct EgressList EgressList;
@@ -35,7 +38,7 @@ typedef struct HttpRequest
 {
 	/* set by the caller before HttpClientStart() */
 	const char *url;
-	struct curl_slist *headers;
+	struct curl_slist *headers; /* HttpRequestAddHeader() only */
 	const char *body;
 	size_t		body_len;
 	long		timeout_ms;
@@ -48,7 +51,9 @@ typedef struct HttpRequest
 
 	/* set by http.c */
 	CURL	   *easy;
+	MemoryContextCallback free_headers; /* frees headers with their context */
 	int			status;			/* HTTP status, 0 if none */
+	TransportFailure failure;	/* TRANSPORT_OK: status is the answer's */
 	CURLcode	curl_code;
 	bool		refused;		/* refused by the allow-list, unsent */
 	bool		egress_by_name; /* host allowed as a name (egress.c) */
@@ -71,8 +76,7 @@ extern void HttpClientStart(HttpClient *client, HttpRequest *req);
 extern HttpRequest *HttpClientWait(HttpClient *client, long timeout_ms,
 								   bool *latch_set);
 extern int	HttpClientRunning(HttpClient *client);
-extern struct curl_slist *OutboxAddHeader(struct curl_slist *list,
-										  const char *line);
+extern void HttpRequestAddHeader(HttpRequest *req, const char *line);
 extern void HttpClientSkip(HttpClient *client, HttpRequest *req);
 
 #endif							/* OUTBOX_HTTP_H */

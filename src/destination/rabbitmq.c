@@ -12,12 +12,19 @@
  *	{"properties": {"message_id": <event id>, "type": <event type>,
  *					"content_type": "application/json", "delivery_mode": 2,
  *					"app_id": "outbox_pg",
- *					"headers": {"aggregate_id": ..., "traceparent": ...}},
+ *					"headers": {"destination": ..., "aggregate_id": ...,
+ *								"traceparent": ..., "time": ...,
+ *								<per-event headers>}},
  *	 "routing_key": <options.routing_key with {type}, {aggregate_id},
  *					 {destination} replaced; default "{type}">,
  *	 "payload": <the payload's JSON text>, "payload_encoding": "string"}
  *
  * delivery_mode 2 makes the message persistent in durable queues.
+ *
+ * Per-event headers (emit(headers => ...)) go into the message's headers
+ * property as string values, after the relay's own; a per-event header
+ * with the name of one of the relay's own (destination, aggregate_id,
+ * traceparent, time) is left out, so consumers can trust those.
  *
  * The broker publishes with confirms and answers {"routed": true} when at
  * least one queue took the message: only that is an acknowledgement.
@@ -41,7 +48,7 @@
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/rabbitmq.c
+ *		  src/destination/rabbitmq.c
  *
  *-------------------------------------------------------------------------
  */
@@ -56,9 +63,57 @@
 #include "destination/http.h"
 #include "destination/destination.h"
 
+#define RABBIT_CAPTURE_SIZE		4096
+
+/* One RabbitMQ destination, as load read it. */
+typedef struct RabbitTarget
+{
+	const char *name;			/* destination name */
+	const char *url;			/* management API base */
+	const char *vhost;
+	const char *exchange;
+	const char *routing_key;	/* template: {type} {aggregate_id} ... */
+	bool		unroutable_dead;
+	const char *username;
+	const char *password;
+} RabbitTarget;
+
+/* The headers the relay sets itself; a per-event header cannot replace them. */
+static const char *const own_headers[] = {
+	"destination", "aggregate_id", "traceparent", "time"
+};
+
+static void *
+rabbit_load(const DestinationConfig *config)
+{
+	const DestinationDefinition *def = config->def;
+	RabbitTarget *t = palloc0(sizeof(RabbitTarget));
+	const char *v;
+
+	t->name = def->name;
+	t->url = def->url;
+	t->vhost = OutboxJsonbOption(def->options, "vhost");
+	if (t->vhost == NULL)
+		t->vhost = "/";
+	t->exchange = OutboxJsonbOption(def->options, "exchange");
+	if (t->exchange == NULL || t->exchange[0] == '\0')
+		t->exchange = "amq.default";
+	t->routing_key = OutboxJsonbOption(def->options, "routing_key");
+	if (t->routing_key == NULL)
+		t->routing_key = "{type}";
+	v = OutboxJsonbOption(def->options, "unroutable");
+	t->unroutable_dead = (v != NULL && strcmp(v, "dead") == 0);
+	if (def->credentials != NULL)
+	{
+		t->username = def->credentials->username;
+		t->password = def->credentials->password;
+	}
+	return t;
+}
+
 /* The routing key template with {type}, {aggregate_id}, {destination}. */
 static char *
-rabbit_routing_key(const BrokerTarget *t, const BrokerMessage *msg)
+rabbit_routing_key(const RabbitTarget *t, const OutboxMessage *msg)
 {
 	StringInfoData out;
 	const char *p = t->routing_key;
@@ -87,13 +142,11 @@ rabbit_routing_key(const BrokerTarget *t, const BrokerMessage *msg)
 	return out.data;
 }
 
-void
-OutboxRabbitBuild(const BrokerTarget *t, BrokerMessage *msg,
-				  HttpRequest *req, BrokerBatch *batch)
+/* The publish endpoint: {url}/api/exchanges/{vhost}/{exchange}/publish */
+static char *
+rabbit_publish_url(const RabbitTarget *t)
 {
 	StringInfoData url;
-	StringInfoData body;
-	struct curl_slist *h = NULL;
 	size_t		base_len = strlen(t->url);
 
 	while (base_len > 0 && t->url[base_len - 1] == '/')
@@ -105,60 +158,77 @@ OutboxRabbitBuild(const BrokerTarget *t, BrokerMessage *msg,
 	appendStringInfoChar(&url, '/');
 	OutboxAppendPercentEncoded(&url, t->exchange);
 	appendStringInfoString(&url, "/publish");
+	return url.data;
+}
+
+static void
+rabbit_append_header(StringInfo body, const char *name, const char *value)
+{
+	appendStringInfoChar(body, ',');
+	escape_json(body, name);
+	appendStringInfoChar(body, ':');
+	escape_json(body, value);
+}
+
+/* The headers property: the relay's own, then the per-event ones. */
+static void
+rabbit_append_headers(StringInfo body, const RabbitTarget *t,
+					  const OutboxMessage *msg)
+{
+	appendStringInfoString(body, "\"headers\":{\"destination\":");
+	escape_json(body, t->name);
+	if (msg->aggregate_id)
+		rabbit_append_header(body, "aggregate_id", msg->aggregate_id);
+	if (msg->traceparent)
+		rabbit_append_header(body, "traceparent", msg->traceparent);
+	if (msg->time)
+		rabbit_append_header(body, "time", msg->time);
+	for (int i = 0; i < msg->nheaders; i++)
+	{
+		bool		own = false;
+
+		for (int k = 0; k < lengthof(own_headers); k++)
+			own |= (strcmp(msg->headers[i].name, own_headers[k]) == 0);
+		if (!own)
+			rabbit_append_header(body, msg->headers[i].name,
+								 msg->headers[i].value);
+	}
+	appendStringInfoChar(body, '}');
+}
+
+/* One message per request: the management API publishes one at a time. */
+static int
+rabbit_build_request(void *target, OutboxMessage *const *msgs, int n,
+					 HttpRequest *req)
+{
+	const RabbitTarget *t = (const RabbitTarget *) target;
+	const OutboxMessage *msg = msgs[0];
+	StringInfoData body;
 
 	initStringInfo(&body);
 	appendStringInfoString(&body, "{\"properties\":{\"message_id\":");
 	escape_json(&body, msg->id);
 	appendStringInfoString(&body, ",\"type\":");
 	escape_json(&body, msg->type);
-	appendStringInfoString(&body, ",\"content_type\":\"application/json\",\"delivery_mode\":2,\"app_id\":\"outbox_pg\",\"headers\":{");
-	appendStringInfoString(&body, "\"destination\":");
-	escape_json(&body, t->name);
-	if (msg->aggregate_id)
-	{
-		appendStringInfoString(&body, ",\"aggregate_id\":");
-		escape_json(&body, msg->aggregate_id);
-	}
-	if (msg->traceparent)
-	{
-		appendStringInfoString(&body, ",\"traceparent\":");
-		escape_json(&body, msg->traceparent);
-	}
-	if (msg->time)
-	{
-		appendStringInfoString(&body, ",\"time\":");
-		escape_json(&body, msg->time);
-	}
-	appendStringInfoString(&body, "}},\"routing_key\":");
+	appendStringInfoString(&body, ",\"content_type\":\"application/json\",\"delivery_mode\":2,\"app_id\":\"outbox_pg\",");
+	rabbit_append_headers(&body, t, msg);
+	appendStringInfoString(&body, "},\"routing_key\":");
 	escape_json(&body, rabbit_routing_key(t, msg));
 	appendStringInfoString(&body, ",\"payload\":");
 	escape_json(&body, msg->payload);
 	appendStringInfoString(&body, ",\"payload_encoding\":\"string\"}");
 
-	batch->msgs[0] = msg;
-	batch->nmsgs = 1;
-	batch->batch_call = false;
-
-	PG_TRY();
-	{
-		h = OutboxAddHeader(h, "Content-Type: application/json");
-		/* no 100-continue round trip */
-		h = OutboxAddHeader(h, "Expect:");
-	}
-	PG_CATCH();
-	{
-		if (h)
-			curl_slist_free_all(h);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	req->url = url.data;
-	req->headers = h;
+	HttpRequestAddHeader(req, "Content-Type: application/json");
+	/* no 100-continue round trip */
+	HttpRequestAddHeader(req, "Expect:");
+	req->url = rabbit_publish_url(t);
 	req->body = body.data;
 	req->body_len = body.len;
 	req->username = t->username ? t->username : "";
 	req->password = t->password ? t->password : "";
+	req->capture_size = RABBIT_CAPTURE_SIZE;
+	req->capture = palloc0(req->capture_size);
+	return 1;
 }
 
 /* Does the (compact or spaced) JSON text say "routed": value? */
@@ -175,26 +245,27 @@ rabbit_says_routed(const char *text, const char *value)
 	return strncmp(p, value, strlen(value)) == 0;
 }
 
-void
-OutboxRabbitClassify(BrokerBatch *batch, HttpRequest *req)
+static bool
+rabbit_classify(void *target, const HttpRequest *req,
+				OutboxMessage *const *msgs, int n, DeliveryResult *results)
 {
-	BrokerMessage *msg = batch->msgs[0];
+	const RabbitTarget *t = (const RabbitTarget *) target;
 	const char *text = req->capture ? req->capture : req->response;
 	int			status = req->status;
 
 	if (status >= 200 && status < 300)
 	{
 		if (rabbit_says_routed(text, "true"))
-			OutboxBrokerDecide(msg, OUTCOME_ACK, status, NULL);
+			DeliveryResultSet(&results[0], OUTCOME_ACK, NULL);
 		else if (rabbit_says_routed(text, "false"))
-			OutboxBrokerDecide(msg, batch->unroutable_dead ? OUTCOME_DEAD : OUTCOME_RETRY,
-							   status,
-							   "unroutable: the exchange routed the message to no queue (routed: false); bind a queue for its routing key");
+			DeliveryResultSet(&results[0],
+							  t->unroutable_dead ? OUTCOME_DEAD : OUTCOME_RETRY,
+							  "unroutable: the exchange routed the message to no queue (routed: false); bind a queue for its routing key");
 		else
-			OutboxBrokerDecide(msg, OUTCOME_RETRY, status,
-							   psprintf("HTTP %d: the answer does not say whether the message was routed: %s",
-										status, text));
-		return;
+			DeliveryResultSet(&results[0], OUTCOME_RETRY,
+							  psprintf("HTTP %d: the answer does not say whether the message was routed: %s",
+									   status, text));
+		return false;
 	}
 
 	/*
@@ -205,13 +276,13 @@ OutboxRabbitClassify(BrokerBatch *batch, HttpRequest *req)
 		status == 408 || status == 429 || status >= 500 ||
 		(status == 400 && strstr(text, "NOT_FOUND") != NULL))
 	{
-		batch->destination_failure = true;
-		OutboxBrokerDecide(msg, OUTCOME_RETRY, status,
-						   psprintf("HTTP %d: %s", status, text));
+		DeliveryResultSet(&results[0], OUTCOME_RETRY,
+						  psprintf("HTTP %d: %s", status, text));
+		return true;
 	}
-	else
-		OutboxBrokerDecide(msg, OUTCOME_DEAD, status,
-						   psprintf("HTTP %d: %s", status, text));
+	DeliveryResultSet(&results[0], OUTCOME_DEAD,
+					  psprintf("HTTP %d: %s", status, text));
+	return false;
 }
 
 /* ---- Validation (destination/validate.c calls it) ---- */
@@ -247,4 +318,7 @@ const DestinationRoutine rabbitmq_routine =
 	.max_batch = 1,
 	.options = rabbitmq_options,
 	.validate = rabbitmq_validate,
+	.load = rabbit_load,
+	.build_request = rabbit_build_request,
+	.classify = rabbit_classify,
 };

@@ -18,7 +18,8 @@
  * Every message carries:
  *	- Message: the payload (JSON text);
  *	- MessageAttributes: event_type, message_id, and when present
- *	  aggregate_id and traceparent (String attributes);
+ *	  aggregate_id and traceparent, then the per-event headers (String
+ *	  attributes; aws.c says when headers make a message unsendable);
  *	- on FIFO topics: MessageGroupId (aws.c: aggregate id by default) and
  *	  MessageDeduplicationId = message id, so a re-send within SNS's
  *	  deduplication window is not delivered twice.
@@ -38,7 +39,7 @@
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/sns.c
+ *		  src/destination/sns.c
  *
  *-------------------------------------------------------------------------
  */
@@ -49,9 +50,9 @@
 #include "outbox_pg.h"
 #include "util.h"
 #include "retry.h"
-#include "deststats.h"
 #include "destination/http.h"
 #include "destination/destination.h"
+#include "destination/aws.h"
 
 #define SNS_API_VERSION "2010-03-31"
 
@@ -63,37 +64,49 @@ append_param(StringInfo buf, const char *prefix, const char *name,
 	OutboxAppendPercentEncoded(buf, value);
 }
 
-static void
-sns_append_entry(StringInfo buf, const BrokerTarget *t,
-				 const BrokerMessage *msg, const char *prefix)
-{
-	const char *names[AWS_MAX_ATTRIBUTES];
-	const char *values[AWS_MAX_ATTRIBUTES];
-	int			n = OutboxAwsAttributes(msg, names, values);
+/* Room for the response of a batch call (ten result entries and more). */
+#define SNS_CAPTURE_BATCH	65536
+#define SNS_CAPTURE_SINGLE	4096
 
+static void
+sns_append_entry(StringInfo buf, const AwsTarget *t,
+				 const OutboxMessage *msg, const char *prefix)
+{
+	AwsAttributes attrs;
+
+	AwsMessageAttributes(msg, &attrs);
 	append_param(buf, prefix, "Message", msg->payload);
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < attrs.n; i++)
 	{
 		char	   *attr = psprintf("%sMessageAttributes.entry.%d.", prefix, i + 1);
 
-		append_param(buf, attr, "Name", names[i]);
+		append_param(buf, attr, "Name", attrs.names[i]);
 		append_param(buf, attr, "Value.DataType", "String");
-		append_param(buf, attr, "Value.StringValue", values[i]);
+		append_param(buf, attr, "Value.StringValue", attrs.values[i]);
 		pfree(attr);
 	}
 	if (t->fifo)
 	{
-		append_param(buf, prefix, "MessageGroupId", OutboxAwsGroupId(t, msg));
+		append_param(buf, prefix, "MessageGroupId", AwsGroupId(t, msg));
 		append_param(buf, prefix, "MessageDeduplicationId", msg->id);
 	}
 }
 
-void
-OutboxSnsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
-			   HttpRequest *req, BrokerBatch *batch)
+static void *
+sns_load(const DestinationConfig *config)
 {
+	return AwsLoadTarget(config, "sns");
+}
+
+/* Publish for one message, PublishBatch for several. */
+static int
+sns_build_request(void *target, OutboxMessage *const *msgs, int n,
+				  HttpRequest *req)
+{
+	const AwsTarget *t = (const AwsTarget *) target;
 	StringInfoData body;
 
+	n = AwsBatchSize(t, msgs, n);
 	initStringInfo(&body);
 	appendStringInfoString(&body, n > 1 ? "Action=PublishBatch" : "Action=Publish");
 	append_param(&body, "", "Version", SNS_API_VERSION);
@@ -110,13 +123,12 @@ OutboxSnsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
 		}
 		else
 			sns_append_entry(&body, t, msgs[i], "");
-		batch->msgs[i] = msgs[i];
 	}
-	batch->nmsgs = n;
-	batch->batch_call = (n > 1);
-
-	OutboxAwsRequest(t, "sns", "Content-Type: application/x-www-form-urlencoded",
-					 NULL, &body, req);
+	req->capture_size = (n > 1) ? SNS_CAPTURE_BATCH : SNS_CAPTURE_SINGLE;
+	req->capture = palloc0(req->capture_size);
+	AwsRequest(t, "Content-Type: application/x-www-form-urlencoded", NULL,
+			   &body, req);
+	return n;
 }
 
 /*
@@ -199,8 +211,32 @@ xml_find_member(const char *list, const char *list_end, const char *id,
 	return NULL;
 }
 
-void
-OutboxSnsClassify(BrokerBatch *batch, HttpRequest *req)
+/* One PublishBatch entry's result; a message missing from both lists is left undecided. */
+static void
+sns_classify_entry(const char *ok_list, const char *ok_end,
+				   const char *failed_list, const char *failed_end,
+				   const OutboxMessage *msg, DeliveryResult *result)
+{
+	const char *member;
+	const char *member_end;
+
+	if (ok_end && xml_find_member(ok_list, ok_end, msg->id, &member_end))
+		DeliveryResultSet(result, OUTCOME_ACK, NULL);
+	else if (failed_end &&
+			 (member = xml_find_member(failed_list, failed_end, msg->id,
+									   &member_end)) != NULL)
+	{
+		char	   *sender = xml_element(member, member_end, "SenderFault");
+
+		AwsClassifyEntry("PublishBatch", xml_element(member, member_end, "Code"),
+						 xml_element(member, member_end, "Message"),
+						 sender && strcmp(sender, "true") == 0, result);
+	}
+}
+
+static bool
+sns_classify(void *target, const HttpRequest *req, OutboxMessage *const *msgs,
+			 int n, DeliveryResult *results)
 {
 	const char *xml = req->capture ? req->capture : req->response;
 	const char *xml_end = xml + strlen(xml);
@@ -210,21 +246,16 @@ OutboxSnsClassify(BrokerBatch *batch, HttpRequest *req)
 	const char *failed_end;
 
 	if (req->status < 200 || req->status >= 300)
-	{
-		OutboxAwsClassifyError(batch, req, xml_element(xml, xml_end, "Code"),
-							   xml_element(xml, xml_end, "Message"));
-		return;
-	}
-	if (!batch->batch_call)
+		return AwsClassifyError(req, xml_element(xml, xml_end, "Code"),
+								xml_element(xml, xml_end, "Message"),
+								n, results);
+	if (n == 1)
 	{
 		if (strstr(xml, "<PublishResult>") == NULL && strstr(xml, "<MessageId>") == NULL)
-		{
-			OutboxAwsClassifyError(batch, req, NULL,
-								   "the response is not a PublishResult");
-			return;
-		}
-		OutboxBrokerDecide(batch->msgs[0], OUTCOME_ACK, req->status, NULL);
-		return;
+			return AwsClassifyError(req, NULL, "the response is not a PublishResult",
+									n, results);
+		DeliveryResultSet(&results[0], OUTCOME_ACK, NULL);
+		return false;
 	}
 
 	/* PublishBatch: every entry on its own */
@@ -233,44 +264,16 @@ OutboxSnsClassify(BrokerBatch *batch, HttpRequest *req)
 	failed_list = strstr(xml, "<Failed>");
 	failed_end = failed_list ? strstr(failed_list, "</Failed>") : NULL;
 	if (ok_list == NULL && failed_list == NULL)
-	{
-		OutboxAwsClassifyError(batch, req, NULL,
-							   req->capture_len + 1 >= req->capture_size ?
-							   "the PublishBatch response was too long to read" :
-							   "the response is not a PublishBatchResult");
-		return;
-	}
-
-	for (int i = 0; i < batch->nmsgs; i++)
-	{
-		BrokerMessage *msg = batch->msgs[i];
-		const char *member;
-		const char *member_end;
-
-		if (ok_end && xml_find_member(ok_list, ok_end, msg->id, &member_end))
-		{
-			OutboxBrokerDecide(msg, OUTCOME_ACK, req->status, NULL);
-			continue;
-		}
-		if (failed_end &&
-			(member = xml_find_member(failed_list, failed_end, msg->id, &member_end)) != NULL)
-		{
-			char	   *code = xml_element(member, member_end, "Code");
-			char	   *text = xml_element(member, member_end, "Message");
-			char	   *sender = xml_element(member, member_end, "SenderFault");
-			bool		sender_fault = (sender && strcmp(sender, "true") == 0);
-			DeliveryOutcome outcome = OUTCOME_RETRY;
-
-			if (sender_fault && !OutboxAwsErrorIsTransient(code) &&
-				!OutboxAwsErrorIsConfig(code))
-				outcome = OUTCOME_DEAD;
-			OutboxBrokerDecide(msg, outcome, req->status,
-							   psprintf("PublishBatch entry failed (%s): %s: %s",
-										sender_fault ? "sender fault" : "service fault",
-										code ? code : "error", text ? text : ""));
-		}
-	}
+		return AwsClassifyError(req, NULL,
+								req->capture_len + 1 >= req->capture_size ?
+								"the PublishBatch response was too long to read" :
+								"the response is not a PublishBatchResult",
+								n, results);
+	for (int i = 0; i < n; i++)
+		sns_classify_entry(ok_list, ok_end, failed_list, failed_end, msgs[i],
+						   &results[i]);
 	/* entries missing from the answer are retried by the caller */
+	return false;
 }
 
 /* ---- Validation (destination/validate.c calls it) ---- */
@@ -303,21 +306,25 @@ sns_validate(const DestinationDefinition *def)
 						def->name),
 				 errhint("A topic ARN looks like arn:aws:sns:REGION:ACCOUNT:NAME (NAME ending in .fifo for a FIFO topic).")));
 	if (region == NULL)
-		region = OutboxAwsRegion(NULL, def->url, arn);
+		region = AwsRegion(NULL, def->url, arn);
 	if (region == NULL || !DestinationMatches(region, "^[a-z0-9-]{1,64}$", false))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("destination \"%s\" has no AWS region", def->name),
 				 errhint("Set the option region, e.g. {\"region\": \"eu-west-1\"}; without it the region is taken from the topic ARN.")));
 	DestinationCheckChoice(def, "message_group_key", sns_group_keys);
-	DestinationCheckInteger(def, "batch_size", 1, OUTBOX_BROKER_MAX_BATCH,
+	DestinationCheckInteger(def, "batch_size", 1, AWS_MAX_BATCH,
 							"PublishBatch takes at most 10 entries; 1 sends every message on its own.");
 }
 
 const DestinationRoutine sns_routine =
 {
 	.kind = "sns",
-	.max_batch = OUTBOX_BROKER_MAX_BATCH,
+	.max_batch = AWS_MAX_BATCH,
 	.options = sns_options,
 	.validate = sns_validate,
+	.load = sns_load,
+	.reject = AwsReject,
+	.build_request = sns_build_request,
+	.classify = sns_classify,
 };

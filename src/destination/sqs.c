@@ -13,7 +13,9 @@
  * Every message carries:
  *	- MessageBody: the payload (JSON text);
  *	- MessageAttributes: event_type, message_id, and when present
- *	  aggregate_id and traceparent ({"DataType": "String", "StringValue"});
+ *	  aggregate_id and traceparent, then the per-event headers
+ *	  ({"DataType": "String", "StringValue"}; aws.c says when headers make
+ *	  a message unsendable);
  *	- on FIFO queues: MessageGroupId (aws.c) and MessageDeduplicationId =
  *	  message id, so SQS drops a re-send within its deduplication window.
  *
@@ -33,7 +35,7 @@
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/sqs.c
+ *		  src/destination/sqs.c
  *
  *-------------------------------------------------------------------------
  */
@@ -48,47 +50,59 @@
 
 #include "outbox_pg.h"
 #include "retry.h"
-#include "deststats.h"
 #include "destination/http.h"
 #include "destination/destination.h"
+#include "destination/aws.h"
+
+/* Room for the response of a batch call (ten result entries and more). */
+#define SQS_CAPTURE_BATCH	65536
+#define SQS_CAPTURE_SINGLE	4096
 
 /* The members of one message (without braces), after "Id" if any. */
 static void
-sqs_append_message(StringInfo buf, const BrokerTarget *t,
-				   const BrokerMessage *msg)
+sqs_append_message(StringInfo buf, const AwsTarget *t,
+				   const OutboxMessage *msg)
 {
-	const char *names[AWS_MAX_ATTRIBUTES];
-	const char *values[AWS_MAX_ATTRIBUTES];
-	int			n = OutboxAwsAttributes(msg, names, values);
+	AwsAttributes attrs;
 
+	AwsMessageAttributes(msg, &attrs);
 	appendStringInfoString(buf, "\"MessageBody\":");
 	escape_json(buf, msg->payload);
 	appendStringInfoString(buf, ",\"MessageAttributes\":{");
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < attrs.n; i++)
 	{
 		if (i > 0)
 			appendStringInfoChar(buf, ',');
-		escape_json(buf, names[i]);
+		escape_json(buf, attrs.names[i]);
 		appendStringInfoString(buf, ":{\"DataType\":\"String\",\"StringValue\":");
-		escape_json(buf, values[i]);
+		escape_json(buf, attrs.values[i]);
 		appendStringInfoChar(buf, '}');
 	}
 	appendStringInfoChar(buf, '}');
 	if (t->fifo)
 	{
 		appendStringInfoString(buf, ",\"MessageGroupId\":");
-		escape_json(buf, OutboxAwsGroupId(t, msg));
+		escape_json(buf, AwsGroupId(t, msg));
 		appendStringInfoString(buf, ",\"MessageDeduplicationId\":");
 		escape_json(buf, msg->id);
 	}
 }
 
-void
-OutboxSqsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
-			   HttpRequest *req, BrokerBatch *batch)
+static void *
+sqs_load(const DestinationConfig *config)
 {
+	return AwsLoadTarget(config, "sqs");
+}
+
+/* SendMessage for one message, SendMessageBatch for several. */
+static int
+sqs_build_request(void *target, OutboxMessage *const *msgs, int n,
+				  HttpRequest *req)
+{
+	const AwsTarget *t = (const AwsTarget *) target;
 	StringInfoData body;
 
+	n = AwsBatchSize(t, msgs, n);
 	initStringInfo(&body);
 	appendStringInfoString(&body, "{\"QueueUrl\":");
 	escape_json(&body, t->queue_url);
@@ -113,15 +127,13 @@ OutboxSqsBuild(const BrokerTarget *t, BrokerMessage **msgs, int n,
 		sqs_append_message(&body, t, msgs[0]);
 	}
 	appendStringInfoChar(&body, '}');
-	for (int i = 0; i < n; i++)
-		batch->msgs[i] = msgs[i];
-	batch->nmsgs = n;
-	batch->batch_call = (n > 1);
-
-	OutboxAwsRequest(t, "sqs", "Content-Type: application/x-amz-json-1.0",
-					 n > 1 ? "X-Amz-Target: AmazonSQS.SendMessageBatch" :
-					 "X-Amz-Target: AmazonSQS.SendMessage",
-					 &body, req);
+	req->capture_size = (n > 1) ? SQS_CAPTURE_BATCH : SQS_CAPTURE_SINGLE;
+	req->capture = palloc0(req->capture_size);
+	AwsRequest(t, "Content-Type: application/x-amz-json-1.0",
+			   n > 1 ? "X-Amz-Target: AmazonSQS.SendMessageBatch" :
+			   "X-Amz-Target: AmazonSQS.SendMessage",
+			   &body, req);
+	return n;
 }
 
 /*
@@ -192,8 +204,47 @@ json_find_entry(JsonbValue *array, const char *id)
 	return NULL;
 }
 
-void
-OutboxSqsClassify(BrokerBatch *batch, HttpRequest *req)
+/* An error answer for the whole request: "__type" and "message". */
+static bool
+sqs_classify_error(const HttpRequest *req, JsonbContainer *root, int n,
+				   DeliveryResult *results)
+{
+	char	   *type = root ? json_get_text(root, "__type") : NULL;
+	char	   *message = root ? json_get_text(root, "message") : NULL;
+	char	   *hash;
+
+	if (root && message == NULL)
+		message = json_get_text(root, "Message");
+	if (type && (hash = strrchr(type, '#')) != NULL)
+		type = hash + 1;
+	return AwsClassifyError(req, type,
+							message ? message : (root ? "" : req->response),
+							n, results);
+}
+
+/* One SendMessageBatch entry's result; one in neither array is left undecided. */
+static void
+sqs_classify_entry(JsonbValue *ok, JsonbValue *failed,
+				   const OutboxMessage *msg, DeliveryResult *result)
+{
+	JsonbContainer *entry;
+
+	if (json_find_entry(ok, msg->id) != NULL)
+		DeliveryResultSet(result, OUTCOME_ACK, NULL);
+	else if ((entry = json_find_entry(failed, msg->id)) != NULL)
+	{
+		JsonbValue *sender = json_get(entry, "SenderFault");
+
+		AwsClassifyEntry("SendMessageBatch", json_get_text(entry, "Code"),
+						 json_get_text(entry, "Message"),
+						 sender && sender->type == jbvBool && sender->val.boolean,
+						 result);
+	}
+}
+
+static bool
+sqs_classify(void *target, const HttpRequest *req, OutboxMessage *const *msgs,
+			 int n, DeliveryResult *results)
 {
 	const char *text = req->capture ? req->capture : req->response;
 	size_t		len = req->capture ? req->capture_len : req->response_len;
@@ -203,70 +254,29 @@ OutboxSqsClassify(BrokerBatch *batch, HttpRequest *req)
 	JsonbValue *failed;
 
 	if (req->status < 200 || req->status >= 300)
-	{
-		char	   *type = root ? json_get_text(root, "__type") : NULL;
-		char	   *message = root ? json_get_text(root, "message") : NULL;
-		char	   *hash;
-
-		if (root && message == NULL)
-			message = json_get_text(root, "Message");
-		if (type && (hash = strrchr(type, '#')) != NULL)
-			type = hash + 1;
-		OutboxAwsClassifyError(batch, req, type,
-							   message ? message : (root ? "" : req->response));
-		return;
-	}
+		return sqs_classify_error(req, root, n, results);
 	if (root == NULL)
-	{
-		OutboxAwsClassifyError(batch, req, NULL,
-							   req->capture && req->capture_len + 1 >= req->capture_size ?
-							   "the response was too long to read" :
-							   "the response is not JSON");
-		return;
-	}
-	if (!batch->batch_call)
+		return AwsClassifyError(req, NULL,
+								req->capture && req->capture_len + 1 >= req->capture_size ?
+								"the response was too long to read" :
+								"the response is not JSON",
+								n, results);
+	if (n == 1)
 	{
 		if (json_get_text(root, "MessageId") == NULL)
-		{
-			OutboxAwsClassifyError(batch, req, NULL, "the response has no MessageId");
-			return;
-		}
-		OutboxBrokerDecide(batch->msgs[0], OUTCOME_ACK, req->status, NULL);
-		return;
+			return AwsClassifyError(req, NULL, "the response has no MessageId",
+									n, results);
+		DeliveryResultSet(&results[0], OUTCOME_ACK, NULL);
+		return false;
 	}
 
 	/* SendMessageBatch: every entry on its own */
 	ok = json_get(root, "Successful");
 	failed = json_get(root, "Failed");
-	for (int i = 0; i < batch->nmsgs; i++)
-	{
-		BrokerMessage *msg = batch->msgs[i];
-		JsonbContainer *entry;
-
-		if (json_find_entry(ok, msg->id) != NULL)
-		{
-			OutboxBrokerDecide(msg, OUTCOME_ACK, req->status, NULL);
-			continue;
-		}
-		if ((entry = json_find_entry(failed, msg->id)) != NULL)
-		{
-			char	   *code = json_get_text(entry, "Code");
-			char	   *message = json_get_text(entry, "Message");
-			JsonbValue *sender = json_get(entry, "SenderFault");
-			bool		sender_fault = (sender && sender->type == jbvBool &&
-										sender->val.boolean);
-			DeliveryOutcome outcome = OUTCOME_RETRY;
-
-			if (sender_fault && !OutboxAwsErrorIsTransient(code) &&
-				!OutboxAwsErrorIsConfig(code))
-				outcome = OUTCOME_DEAD;
-			OutboxBrokerDecide(msg, outcome, req->status,
-							   psprintf("SendMessageBatch entry failed (%s): %s: %s",
-										sender_fault ? "sender fault" : "service fault",
-										code ? code : "error", message ? message : ""));
-		}
-	}
+	for (int i = 0; i < n; i++)
+		sqs_classify_entry(ok, failed, msgs[i], &results[i]);
 	/* entries missing from the answer are retried by the caller */
+	return false;
 }
 
 /* ---- Validation (destination/validate.c calls it) ---- */
@@ -302,21 +312,25 @@ sqs_validate(const DestinationDefinition *def)
 				 errdetail("Neither the option queue_url nor the url is one."),
 				 errhint("Set the option queue_url to e.g. https://sqs.eu-west-1.amazonaws.com/123456789012/orders.")));
 	if (region == NULL)
-		region = OutboxAwsRegion(NULL, def->url, NULL);
+		region = AwsRegion(NULL, def->url, NULL);
 	if (region == NULL || !DestinationMatches(region, "^[a-z0-9-]{1,64}$", false))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("destination \"%s\" has no AWS region", def->name),
 				 errhint("Set the option region, e.g. {\"region\": \"eu-west-1\"}; without it the region is taken from an sqs.REGION.amazonaws.com url.")));
 	DestinationCheckChoice(def, "message_group_key", sqs_group_keys);
-	DestinationCheckInteger(def, "batch_size", 1, OUTBOX_BROKER_MAX_BATCH,
+	DestinationCheckInteger(def, "batch_size", 1, AWS_MAX_BATCH,
 							"SendMessageBatch takes at most 10 entries; 1 sends every message on its own.");
 }
 
 const DestinationRoutine sqs_routine =
 {
 	.kind = "sqs",
-	.max_batch = OUTBOX_BROKER_MAX_BATCH,
+	.max_batch = AWS_MAX_BATCH,
 	.options = sqs_options,
 	.validate = sqs_validate,
+	.load = sqs_load,
+	.reject = AwsReject,
+	.build_request = sqs_build_request,
+	.classify = sqs_classify,
 };

@@ -22,13 +22,20 @@
  * "v1,<base64 HMAC-SHA256 of id.timestamp.body>", one per secret, so
  * secrets can be rotated.  A secret is "whsec_" followed by base64.
  *
+ * Per-event headers (emit(headers => ...)) are sent as HTTP headers, after
+ * the destination's own headers (outbox.destinations.headers).
+ *
+ * Answers: retry.c's classification (2xx acknowledged; 408, 429, 5xx
+ * retried and counted against the destination's circuit; other 3xx and
+ * 4xx dead-lettered), the start of the body quoted in the error.
+ *
  * Everything is built before the request starts; curl copies the header
  * list, and the body stays in the event's memory until completion.
  *
  * Copyright (c) 2026, outbox_pg developers
  *
  * IDENTIFICATION
- *		  src/webhook.c
+ *		  src/destination/webhook.c
  *
  *-------------------------------------------------------------------------
  */
@@ -44,8 +51,20 @@
 #include "utils/json.h"
 
 #include "outbox_pg.h"
+#include "util.h"
+#include "retry.h"
 #include "destination/http.h"
 #include "destination/destination.h"
+
+/* One webhook destination, as load read it. */
+typedef struct WebhookTarget
+{
+	bool		structured;		/* CloudEvents structured mode */
+	const char *source;			/* ce-source */
+	List	   *headers;		/* "Name: value" strings */
+	List	   *signing_keys;	/* StringInfo of raw key bytes */
+	const char *bearer_token;
+} WebhookTarget;
 
 static void
 append_percent_encoded(StringInfo buf, const char *value)
@@ -66,27 +85,25 @@ append_percent_encoded(StringInfo buf, const char *value)
 }
 
 /* "name: value", copied by curl */
-static struct curl_slist *
-add_header_value(struct curl_slist *list, const char *name, const char *value)
+static void
+add_header_value(HttpRequest *req, const char *name, const char *value)
 {
 	char	   *line = psprintf("%s: %s", name, value);
 
-	list = OutboxAddHeader(list, line);
+	HttpRequestAddHeader(req, line);
 	pfree(line);
-	return list;
 }
 
-static struct curl_slist *
-add_ce_header(struct curl_slist *list, const char *name, const char *value)
+static void
+add_ce_header(HttpRequest *req, const char *name, const char *value)
 {
 	StringInfoData line;
 
 	initStringInfo(&line);
 	appendStringInfo(&line, "%s: ", name);
 	append_percent_encoded(&line, value);
-	list = OutboxAddHeader(list, line.data);
+	HttpRequestAddHeader(req, line.data);
 	pfree(line.data);
-	return list;
 }
 
 bool
@@ -144,107 +161,158 @@ append_signature(StringInfo out, const StringInfo key, const char *id,
 	appendStringInfo(out, "v1,%s", b64);
 }
 
-void
-OutboxBuildWebhook(const WebhookEvent *ev, const WebhookTarget *t,
-				   HttpRequest *req, char **body)
+/*
+ * The configuration of a webhook destination.  The loader validated it
+ * (webhook_validate), so every signing secret decodes.
+ */
+static void *
+webhook_load(const DestinationConfig *config)
 {
-	struct curl_slist *h = NULL;
-	StringInfoData buf;
+	WebhookTarget *t = palloc0(sizeof(WebhookTarget));
+	const char *source = OutboxJsonbOption(config->def->options, "source");
 	ListCell   *lc;
-	size_t		body_len;
 
-	/* body */
-	if (t->structured)
+	t->structured = config->structured;
+	t->headers = config->header_lines;
+	t->bearer_token = config->bearer_token;
+	t->source = source ? source : psprintf("urn:outbox_pg:%s", config->database);
+	foreach(lc, config->signing_secrets)
 	{
-		initStringInfo(&buf);
-		appendStringInfoString(&buf, "{\"specversion\":\"1.0\",\"id\":");
-		escape_json(&buf, ev->id);
-		appendStringInfoString(&buf, ",\"source\":");
-		escape_json(&buf, t->source);
-		appendStringInfoString(&buf, ",\"type\":");
-		escape_json(&buf, ev->type);
-		if (ev->aggregate_id)
-		{
-			appendStringInfoString(&buf, ",\"subject\":");
-			escape_json(&buf, ev->aggregate_id);
-		}
-		appendStringInfoString(&buf, ",\"time\":");
-		escape_json(&buf, ev->time);
-		if (ev->traceparent)
-		{
-			appendStringInfoString(&buf, ",\"traceparent\":");
-			escape_json(&buf, ev->traceparent);
-		}
-		appendStringInfoString(&buf, ",\"datacontenttype\":\"application/json\",\"data\":");
-		appendStringInfoString(&buf, ev->payload);
-		appendStringInfoChar(&buf, '}');
-		*body = buf.data;
-		body_len = buf.len;
+		StringInfo	key = makeStringInfo();
+
+		if (!OutboxDecodeSigningSecret((const char *) lfirst(lc), key))
+			elog(ERROR, "signing secret %d of destination \"%s\" is not valid base64",
+				 foreach_current_index(lc) + 1, config->def->name);
+		t->signing_keys = lappend(t->signing_keys, key);
 	}
+	return t;
+}
+
+/* The body: the payload (binary mode) or the whole event (structured). */
+static void
+webhook_body(const WebhookTarget *t, const OutboxMessage *ev, HttpRequest *req)
+{
+	StringInfoData buf;
+
+	if (!t->structured)
+	{
+		req->body = ev->payload;
+		req->body_len = strlen(ev->payload);
+		return;
+	}
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"specversion\":\"1.0\",\"id\":");
+	escape_json(&buf, ev->id);
+	appendStringInfoString(&buf, ",\"source\":");
+	escape_json(&buf, t->source);
+	appendStringInfoString(&buf, ",\"type\":");
+	escape_json(&buf, ev->type);
+	if (ev->aggregate_id)
+	{
+		appendStringInfoString(&buf, ",\"subject\":");
+		escape_json(&buf, ev->aggregate_id);
+	}
+	appendStringInfoString(&buf, ",\"time\":");
+	escape_json(&buf, ev->time);
+	if (ev->traceparent)
+	{
+		appendStringInfoString(&buf, ",\"traceparent\":");
+		escape_json(&buf, ev->traceparent);
+	}
+	appendStringInfoString(&buf, ",\"datacontenttype\":\"application/json\",\"data\":");
+	appendStringInfoString(&buf, ev->payload);
+	appendStringInfoChar(&buf, '}');
+	req->body = buf.data;
+	req->body_len = buf.len;
+}
+
+/* Standard Webhooks: id, this attempt's timestamp, one signature per key. */
+static void
+webhook_sign(const WebhookTarget *t, const OutboxMessage *ev, HttpRequest *req)
+{
+	char		ts[32];
+	StringInfoData sigs;
+	ListCell   *lc;
+
+	snprintf(ts, sizeof(ts), "%lld", (long long) time(NULL));
+	add_header_value(req, "webhook-id", ev->id);
+	add_header_value(req, "webhook-timestamp", ts);
+	initStringInfo(&sigs);
+	foreach(lc, t->signing_keys)
+		append_signature(&sigs, (StringInfo) lfirst(lc), ev->id, ts,
+						 req->body, req->body_len);
+	add_header_value(req, "webhook-signature", sigs.data);
+}
+
+static int
+webhook_build_request(void *target, OutboxMessage *const *msgs, int n,
+					  HttpRequest *req)
+{
+	const WebhookTarget *t = (const WebhookTarget *) target;
+	const OutboxMessage *ev = msgs[0];
+	ListCell   *lc;
+
+	webhook_body(t, ev, req);
+	if (t->structured)
+		HttpRequestAddHeader(req, "Content-Type: application/cloudevents+json; charset=utf-8");
 	else
 	{
-		*body = (char *) ev->payload;
-		body_len = strlen(ev->payload);
-	}
-
-	PG_TRY();
-	{
-		if (t->structured)
-			h = OutboxAddHeader(h, "Content-Type: application/cloudevents+json; charset=utf-8");
-		else
-		{
-			h = OutboxAddHeader(h, "Content-Type: application/json");
-			h = OutboxAddHeader(h, "ce-specversion: 1.0");
-			h = add_ce_header(h, "ce-id", ev->id);
-			h = add_ce_header(h, "ce-type", ev->type);
-			h = add_ce_header(h, "ce-source", t->source);
-			if (ev->aggregate_id)
-				h = add_ce_header(h, "ce-subject", ev->aggregate_id);
-			h = add_ce_header(h, "ce-time", ev->time);
-			if (ev->traceparent)
-				h = add_ce_header(h, "ce-traceparent", ev->traceparent);
-		}
-		h = add_header_value(h, "Idempotency-Key", ev->id);
+		HttpRequestAddHeader(req, "Content-Type: application/json");
+		HttpRequestAddHeader(req, "ce-specversion: 1.0");
+		add_ce_header(req, "ce-id", ev->id);
+		add_ce_header(req, "ce-type", ev->type);
+		add_ce_header(req, "ce-source", t->source);
+		if (ev->aggregate_id)
+			add_ce_header(req, "ce-subject", ev->aggregate_id);
+		add_ce_header(req, "ce-time", ev->time);
 		if (ev->traceparent)
-			h = add_header_value(h, "traceparent", ev->traceparent);
-		if (t->signing_keys != NIL)
-		{
-			char		ts[32];
-			StringInfoData sigs;
-
-			snprintf(ts, sizeof(ts), "%lld", (long long) time(NULL));
-			h = add_header_value(h, "webhook-id", ev->id);
-			h = add_header_value(h, "webhook-timestamp", ts);
-			initStringInfo(&sigs);
-			foreach(lc, t->signing_keys)
-				append_signature(&sigs, (StringInfo) lfirst(lc), ev->id, ts,
-								 *body, body_len);
-			h = add_header_value(h, "webhook-signature", sigs.data);
-		}
-		if (t->bearer_token)
-		{
-			char	   *bearer = psprintf("Bearer %s", t->bearer_token);
-
-			h = add_header_value(h, "Authorization", bearer);
-		}
-		foreach(lc, t->headers)
-			h = OutboxAddHeader(h, (char *) lfirst(lc));
-		foreach(lc, ev->extra_headers)
-			h = OutboxAddHeader(h, (char *) lfirst(lc));
-		/* no 100-continue round trip */
-		h = OutboxAddHeader(h, "Expect:");
+			add_ce_header(req, "ce-traceparent", ev->traceparent);
 	}
-	PG_CATCH();
+	add_header_value(req, "Idempotency-Key", ev->id);
+	if (ev->traceparent)
+		add_header_value(req, "traceparent", ev->traceparent);
+	if (t->signing_keys != NIL)
+		webhook_sign(t, ev, req);
+	if (t->bearer_token)
+		add_header_value(req, "Authorization",
+						 psprintf("Bearer %s", t->bearer_token));
+	foreach(lc, t->headers)
+		HttpRequestAddHeader(req, (const char *) lfirst(lc));
+	for (int i = 0; i < ev->nheaders; i++)
+		add_header_value(req, ev->headers[i].name, ev->headers[i].value);
+	/* no 100-continue round trip */
+	HttpRequestAddHeader(req, "Expect:");
+	return 1;
+}
+
+/* retry.c's classification; the error quotes the start of the body. */
+static bool
+webhook_classify(void *target, const HttpRequest *req,
+				 OutboxMessage *const *msgs, int n, DeliveryResult *results)
+{
+	int			status = req->status;
+	DeliveryOutcome outcome = OutboxClassifyResponse(status, TRANSPORT_OK);
+	StringInfoData error;
+
+	initStringInfo(&error);
+	if (outcome == OUTCOME_ACK)
 	{
-		if (h)
-			curl_slist_free_all(h);
-		PG_RE_THROW();
+		DeliveryResultSet(&results[0], outcome, NULL);
+		return false;
 	}
-	PG_END_TRY();
-
-	req->headers = h;
-	req->body = *body;
-	req->body_len = body_len;
+	if (status >= 300 && status < 400)
+		appendStringInfo(&error, "HTTP %d: redirects are not followed", status);
+	else if (req->response_len > 0)
+	{
+		/* the body's bytes as they came: the relay makes them safe */
+		appendStringInfo(&error, "HTTP %d: ", status);
+		appendBinaryStringInfo(&error, req->response, req->response_len);
+	}
+	else
+		appendStringInfo(&error, "HTTP %d", status);
+	DeliveryResultSetBinary(&results[0], outcome, error.data, error.len);
+	return outcome != OUTCOME_ACK &&
+		OutboxIsDestinationFailure(status, TRANSPORT_OK);
 }
 
 /* ---- Validation (destination/validate.c calls it) ---- */
@@ -314,4 +382,7 @@ const DestinationRoutine webhook_routine =
 	.max_batch = 1,
 	.options = webhook_options,
 	.validate = webhook_validate,
+	.load = webhook_load,
+	.build_request = webhook_build_request,
+	.classify = webhook_classify,
 };

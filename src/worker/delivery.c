@@ -7,17 +7,31 @@
  * runs the loop; this file does each step of it for the events of every
  * destination.
  *
- * Brokers (kinds sns, sqs, rabbitmq; broker.c): leased events of such a
- * destination become BrokerMessages, and one request may carry several
- * of them (SNS PublishBatch, SQS SendMessageBatch).  The first event of a
- * batch owns the request and lists the events it carries; the others are
- * never sent themselves (DeliveryStart), and all of them complete together
- * (DeliveryCompleted).  When recording, the request's response is read once
- * (OutboxBrokerClassify) and gives every carried event its own outcome,
- * so a batch answered 200 with failed entries retries or dead-letters
- * just those.  A message that can never be sent (too large) is decided
- * before sending and completes without a request.  Webhooks keep one
- * request per event and the classification of retry.c.
+ * Every kind is driven the same way, through its DestinationRoutine
+ * (destination/destination.h); nothing here knows a kind by name.
+ *
+ *	- Load: each lease step reads outbox.destinations, checks every row
+ *	  with DestinationValidate() and has its kind load it, both inside a
+ *	  subtransaction: a row that fails is skipped for this step (its events
+ *	  stay pending), with a WARNING at most once a minute per destination
+ *	  and the reason in the relay's slot; the other destinations go on.
+ *	  What a step loads lives in its own memory context (LoadedDestination)
+ *	  for as long as the step's cycle or any event leased with it.
+ *	- Build: leased events become OutboxMessages.  A message the kind
+ *	  rejects (can never be sent) is decided dead before sending and
+ *	  completes without a request.  The others go to build_request in
+ *	  order; one request may carry several (SNS PublishBatch, SQS
+ *	  SendMessageBatch).  The first event of a request owns it and lists
+ *	  the events it carries; the others are never sent themselves
+ *	  (DeliveryStart), and all complete together (DeliveryCompleted).
+ *	- Record: each request's answer is classified once
+ *	  (DestinationClassify: the kind's classify, or a transport failure)
+ *	  and gives every carried event its own result, so a batch answered 200
+ *	  with failed entries retries or dead-letters just those.  Then, the
+ *	  same for all kinds: the circuit breaker, max_attempts and max_age,
+ *	  backoff and Retry-After, and the error text made safe (peertext.c).
+ *	  Acks, retries (an outage's give back their attempt) and dead letters
+ *	  are written with one statement each (store.c).
  *
  * Copyright (c) 2026, outbox_pg developers
  *
@@ -29,29 +43,16 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "commands/dbcommands.h"
-#include "commands/extension.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
-#include "nodes/makefuncs.h"
 #include "miscadmin.h"
-#include "pgstat.h"
-#include "postmaster/bgworker.h"
-#include "postmaster/interrupt.h"
-#include "storage/ipc.h"
-#include "storage/latch.h"
-#include "storage/lmgr.h"
-#include "storage/proc.h"
-#include "tcop/tcopprot.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -61,13 +62,13 @@
 #include "retry.h"
 #include "deststats.h"
 #include "peertext.h"
-#include "api/api.h"
 #include "worker/worker.h"
 #include "worker/relay.h"
 #include "destination/http.h"
 #include "destination/destination.h"
 
 #define RETRY_AFTER_MAX_MS		3600000
+#define UNUSABLE_LOG_INTERVAL_MS	60000
 
 /* Per-destination state that outlives a cycle; hash entry keyed by name. */
 typedef struct RelayDestination
@@ -82,11 +83,22 @@ typedef struct RelayDestination
 	int			max_concurrency;
 	int			circuit_threshold;	/* 0: no circuit breaker */
 	int			timeout_ms;
+
+	TimestampTz unusable_logged_at; /* last WARNING about its definition */
 } RelayDestination;
 
-/* The configuration one lease step reads, in cycle memory. */
-typedef struct DestinationConfig
+/*
+ * One destination as a lease step loaded it: its row, its kind and the
+ * kind's target.  In its own memory context, which goes when the step's
+ * cycle and every event leased with it are done (refs).
+ */
+typedef struct LoadedDestination
 {
+	MemoryContext context;
+	int			refs;			/* the cycle's, and one per event */
+	MemoryContextCallback cycle_end;	/* drops the cycle's reference */
+	const DestinationRoutine *routine;
+	void	   *target;			/* the kind's (routine->load) */
 	char	   *name;
 	char	   *url;
 	bool		paused;
@@ -97,42 +109,47 @@ typedef struct DestinationConfig
 	int			backoff_max_ms;
 	double		max_age_secs;
 	int			circuit_threshold;
-	WebhookTarget target;
-	BrokerTarget *broker;		/* kinds sns, sqs, rabbitmq; NULL: webhook */
 	PeerSecrets *secrets;		/* redacted from what the peer says */
-} DestinationConfig;
+} LoadedDestination;
 
 /* One leased event, in its own memory context until recorded. */
 typedef struct RelayEvent
 {
 	MemoryContext context;
 	RelayDestination *dest;
+	LoadedDestination *loaded;	/* its destination as leased; a reference */
 	pg_uuid_t	id;
 	TimestampTz leased_until;	/* the lease's fence (store.c) */
 	int			attempts;
 	double		age_secs;
-	int			max_attempts;
-	int			backoff_base_ms;
-	int			backoff_max_ms;
-	double		max_age_secs;
-	char	   *url;
-	char	   *body;
-	PeerSecrets *secrets;		/* its destination's, when leased */
+	OutboxMessage msg;
+	DeliveryResult result;
 	HttpRequest req;			/* req.owner: see relay_event_of() */
 	TimestampTz started_at;		/* when its request was started */
 	bool		probe;			/* the circuit's probe (deststats.c) */
 	bool		outage;			/* failed while the circuit was open */
+	bool		rejected;		/* decided before sending: no request */
 
 	/*
-	 * Brokers (broker.c): one request may carry several events.  The event
-	 * whose req is sent owns the batch and lists the events it carries
-	 * (itself first); the others point to it and are never sent themselves.
+	 * One request may carry several events.  The event whose req is sent
+	 * lists the events it carries (itself first); the others point to it
+	 * and are never sent themselves.
 	 */
-	BrokerMessage *msg;			/* NULL for webhooks */
-	BrokerBatch *batch;			/* on the event whose req carries them */
 	List	   *carried;
 	struct RelayEvent *carrier; /* set on the events carried by another */
 } RelayEvent;
+
+/* The rows one record statement changes, as its array arguments. */
+typedef struct RecordRows
+{
+	int			n;
+	Datum	   *ids;
+	Datum	   *next_at;
+	Datum	   *statuses;
+	Datum	   *errors;
+	Datum	   *leases;
+	Datum	   *give_back;
+} RecordRows;
 
 /* Per-destination state, keyed by name; lives as long as the process. */
 static HTAB *destinations = NULL;
@@ -168,15 +185,15 @@ DeliveryInFlight(void)
 	return total_in_flight;
 }
 
-/* The plans delivery runs; called in every transaction that leases. */
-void
-DeliveryPreparePlans(void)
+/* The plans delivery runs (kept: only the first call prepares them). */
+static void
+delivery_prepare_plans(void)
 {
-	OutboxKeepPlan(&destinations_plan,
+	WorkerKeepPlan(&destinations_plan,
 				   "SELECT d.name, d.url, d.paused, d.timeout_ms, d.max_concurrency,"
 				   " d.max_attempts, d.backoff_base_ms, d.backoff_max_ms,"
 				   " extract(epoch FROM d.max_age)::float8, d.format, d.headers,"
-				   " d.signing_secrets, d.bearer_token, d.options ->> 'source',"
+				   " d.signing_secrets, d.bearer_token, d.credentials,"
 				   " CASE WHEN (d.options ->> 'circuit_threshold') ~ '^[0-9]{1,6}$'"
 				   "      THEN (d.options ->> 'circuit_threshold')::int4 ELSE 5 END,"
 				   " d.kind, d.options, c.aws_access_key_id, c.aws_secret_access_key,"
@@ -193,161 +210,329 @@ relay_event_of(HttpRequest *req)
 	return (RelayEvent *) ((char *) req - offsetof(RelayEvent, req));
 }
 
-static char *
-spi_text(HeapTuple tup, TupleDesc desc, int col)
-{
-	return SPI_getvalue(tup, desc, col);
-}
+/* ---- loading destinations ---- */
 
-/* "Name: value" lines from a jsonb object of strings. */
-static List *
-relay_header_lines(Datum jsonb_datum)
+/*
+ * The string members of a jsonb object, as name/value pairs (others are
+ * skipped: emit() and the configuration trigger allow strings only).
+ */
+static OutboxHeader *
+delivery_string_pairs(Datum jsonb_datum, int *n)
 {
 	Jsonb	   *jb = DatumGetJsonbP(jsonb_datum);
 	JsonbIterator *it;
 	JsonbValue	v;
 	JsonbIteratorToken tok;
-	List	   *lines = NIL;
+	OutboxHeader *pairs;
 	char	   *key = NULL;
 
+	*n = 0;
 	if (!JB_ROOT_IS_OBJECT(jb))
-		return NIL;
+		return NULL;
+	pairs = palloc(Max(JB_ROOT_COUNT(jb), 1) * sizeof(OutboxHeader));
 	it = JsonbIteratorInit(&jb->root);
 	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
 		if (tok == WJB_KEY)
 			key = pnstrdup(v.val.string.val, v.val.string.len);
 		else if (tok == WJB_VALUE && key != NULL && v.type == jbvString)
-			lines = lappend(lines, psprintf("%s: %.*s", key,
-											v.val.string.len, v.val.string.val));
+		{
+			pairs[*n].name = key;
+			pairs[(*n)++].value = pnstrdup(v.val.string.val, v.val.string.len);
+		}
 	}
+	return pairs;
+}
+
+/* "Name: value" lines from a jsonb object of strings. */
+static List *
+delivery_header_lines(Datum jsonb_datum)
+{
+	int			n;
+	OutboxHeader *pairs = delivery_string_pairs(jsonb_datum, &n);
+	List	   *lines = NIL;
+
+	for (int i = 0; i < n; i++)
+		lines = lappend(lines, psprintf("%s: %s", pairs[i].name, pairs[i].value));
 	return lines;
 }
 
+static List *
+delivery_text_list(Datum array_datum)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	List	   *result = NIL;
+
+	deconstruct_array(DatumGetArrayTypeP(array_datum), TEXTOID, -1, false,
+					  TYPALIGN_INT, &elems, &nulls, &n);
+	for (int k = 0; k < n; k++)
+		if (!nulls[k])
+			result = lappend(result, TextDatumGetCString(elems[k]));
+	return result;
+}
+
 /*
- * Read outbox.destinations into cycle memory and refresh the persistent
- * per-destination state.
+ * Read one row of the destinations plan into the current memory context:
+ * the delivery policy into d, what the kind sees into config.
+ */
+static void
+delivery_read_row(HeapTuple tup, TupleDesc desc, LoadedDestination *d,
+				  DestinationConfig *config)
+{
+	DestinationDefinition *def = palloc0(sizeof(DestinationDefinition));
+	DestinationCredentials *cred = palloc0(sizeof(DestinationCredentials));
+	char	   *format;
+	bool		isnull;
+	Datum		value;
+
+	d->name = SPI_getvalue(tup, desc, 1);
+	d->url = SPI_getvalue(tup, desc, 2);
+	d->paused = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+	d->timeout_ms = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
+	d->max_concurrency = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+	d->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+	d->backoff_base_ms = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+	d->backoff_max_ms = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+	d->max_age_secs = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
+	format = SPI_getvalue(tup, desc, 10);
+	config->structured = (format && strcmp(format, "structured") == 0);
+	value = SPI_getbinval(tup, desc, 11, &isnull);
+	config->header_lines = isnull ? NIL : delivery_header_lines(value);
+	value = SPI_getbinval(tup, desc, 12, &isnull);
+	config->signing_secrets = isnull ? NIL : delivery_text_list(value);
+	config->bearer_token = SPI_getvalue(tup, desc, 13);
+	config->database = relay_database_name;
+	d->circuit_threshold = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
+
+	def->name = d->name;
+	def->url = d->url;
+	def->kind = SPI_getvalue(tup, desc, 16);
+	def->options = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 17, &isnull));
+	def->credentials_name = SPI_getvalue(tup, desc, 14);
+	cred->name = def->credentials_name;
+	cred->aws_access_key_id = SPI_getvalue(tup, desc, 18);
+	cred->aws_secret_access_key = SPI_getvalue(tup, desc, 19);
+	cred->aws_session_token = SPI_getvalue(tup, desc, 20);
+	cred->username = SPI_getvalue(tup, desc, 21);
+	cred->password = SPI_getvalue(tup, desc, 22);
+	def->credentials = def->credentials_name ? cred : NULL;
+	config->def = def;
+}
+
+/* What the peer may echo of this destination's secrets (peertext.c). */
+static PeerSecrets *
+delivery_secrets(const DestinationConfig *config)
+{
+	const DestinationCredentials *cred = config->def->credentials;
+	PeerSecretSources src;
+
+	memset(&src, 0, sizeof(src));
+	src.url = config->def->url;
+	src.header_lines = config->header_lines;
+	src.bearer_token = config->bearer_token;
+	src.signing_secrets = config->signing_secrets;
+	if (cred != NULL)
+	{
+		src.aws_access_key_id = cred->aws_access_key_id;
+		src.aws_secret_access_key = cred->aws_secret_access_key;
+		src.aws_session_token = cred->aws_session_token;
+		src.username = cred->username;
+		src.password = cred->password;
+	}
+	return OutboxPeerSecrets(&src);
+}
+
+/* The persistent state of a destination, made on first use. */
+static RelayDestination *
+delivery_destination(const char *name)
+{
+	bool		found;
+	RelayDestination *rd = hash_search(destinations, name, HASH_ENTER, &found);
+
+	if (!found)
+	{
+		rd->in_flight = 0;
+		rd->stats = NULL;
+		rd->paused = false;
+		rd->unusable_logged_at = 0;
+	}
+	return rd;
+}
+
+static void
+delivery_release(LoadedDestination *d)
+{
+	Assert(d->refs > 0);
+	if (--d->refs == 0)
+		MemoryContextDelete(d->context);
+}
+
+static void
+delivery_cycle_end(void *arg)
+{
+	delivery_release((LoadedDestination *) arg);
+}
+
+/*
+ * A destination whose definition failed (validation or the kind's load):
+ * say so in the relay's slot every time, and in a WARNING at most once a
+ * minute per destination.
+ */
+static void
+delivery_report_unusable(const char *name, ErrorData *edata)
+{
+	RelayDestination *rd = delivery_destination(name);
+	TimestampTz now = GetCurrentTimestamp();
+	bool		log_it;
+	char	   *slot_error;
+
+	log_it = (rd->unusable_logged_at == 0 ||
+			  TimestampDifferenceExceeds(rd->unusable_logged_at, now,
+										 UNUSABLE_LOG_INTERVAL_MS));
+	if (log_it)
+		rd->unusable_logged_at = now;
+	ereport(log_it ? WARNING : DEBUG1,
+			(errcode(edata->sqlerrcode),
+			 errmsg("outbox_pg relay skips destination \"%s\"", name),
+			 errdetail_internal("%s", edata->message),
+			 errhint("%s", edata->hint ? edata->hint :
+					 "Its events stay pending until its row in outbox.destinations is fixed; other destinations are not affected.")));
+	slot_error = psprintf("destination \"%s\" skipped: %s", name, edata->message);
+	OutboxSlotSetError(relay_slot, slot_error);
+	pfree(slot_error);
+}
+
+/*
+ * Validate the definition and have its kind load it, in a subtransaction:
+ * false, with the error reported, when either fails.  Allocations go to
+ * d->context.
+ */
+static bool
+delivery_prepare(LoadedDestination *d, const DestinationConfig *config)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	PG_TRY();
+	{
+		MemoryContextSwitchTo(d->context);
+		DestinationValidate(config->def);
+		d->routine = GetDestinationRoutine(config->def->kind);
+		d->target = d->routine->load(config);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		delivery_report_unusable(config->def->name, edata);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(oldcontext);
+	CurrentResourceOwner = oldowner;
+	return ok;
+}
+
+/*
+ * Load one row into its own context, or NULL when its definition is not
+ * usable (skipped this step, see delivery_prepare()).
+ */
+static LoadedDestination *
+delivery_load_row(HeapTuple tup, TupleDesc desc)
+{
+	MemoryContext cxt = AllocSetContextCreate(relay_events_context,
+											  "outbox_pg destination",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	LoadedDestination *d = palloc0(sizeof(LoadedDestination));
+	DestinationConfig *config = palloc0(sizeof(DestinationConfig));
+
+	d->context = cxt;
+	delivery_read_row(tup, desc, d, config);
+	d->secrets = delivery_secrets(config);
+	MemoryContextSwitchTo(old);
+	if (!delivery_prepare(d, config))
+	{
+		MemoryContextDelete(cxt);
+		return NULL;
+	}
+
+	/* the cycle holds a reference until relay.c resets its memory */
+	d->refs = 1;
+	d->cycle_end.func = delivery_cycle_end;
+	d->cycle_end.arg = d;
+	MemoryContextRegisterResetCallback(relay_cycle_context, &d->cycle_end);
+	return d;
+}
+
+/* Refresh the persistent per-destination state from what was loaded. */
+static void
+delivery_refresh_state(const LoadedDestination *d)
+{
+	RelayDestination *rd = delivery_destination(d->name);
+
+	if (rd->stats == NULL)		/* ops */
+		rd->stats = OutboxDestStatsAttach(RELAY_SLOT_INDEX, d->name);
+
+	/*
+	 * The shared circuit: closed for good without a threshold; a
+	 * destination just resumed gets its probe at once.
+	 */
+	if (d->circuit_threshold <= 0 || (rd->paused && !d->paused))
+		OutboxCircuitConfigure(rd->stats, d->circuit_threshold <= 0,
+							   rd->paused && !d->paused);
+	rd->paused = d->paused;
+	rd->max_concurrency = d->max_concurrency;
+	rd->circuit_threshold = d->circuit_threshold;
+	rd->timeout_ms = d->timeout_ms;
+	rd->unusable_logged_at = 0;
+}
+
+/*
+ * Read outbox.destinations, load every usable one (list in cycle memory)
+ * and refresh the persistent per-destination state.
  */
 List *
 DeliveryLoadDestinations(void)
 {
 	List	   *result = NIL;
-	RelayDestination *rd;
+	SPITupleTable *rows;
+	uint64		nrows;
 
+	delivery_prepare_plans();
 	if (SPI_execute_plan(destinations_plan, NULL, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read outbox.destinations");
+	rows = SPI_tuptable;
+	nrows = SPI_processed;
 
-	for (uint64 i = 0; i < SPI_processed; i++)
+	for (uint64 i = 0; i < nrows; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		DestinationConfig *d;
-		MemoryContext old = MemoryContextSwitchTo(relay_cycle_context);
-		bool		isnull;
-		Datum		secrets;
-		bool		found;
-		char	   *format;
-		char	   *kind;
-		PeerSecretSources src;
+		LoadedDestination *d = delivery_load_row(rows->vals[i], rows->tupdesc);
+		MemoryContext old;
 
-		memset(&src, 0, sizeof(src));
-		d = palloc0(sizeof(DestinationConfig));
-		d->name = spi_text(tup, desc, 1);
-		d->url = spi_text(tup, desc, 2);
-		d->paused = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
-		d->timeout_ms = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
-		d->max_concurrency = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
-		d->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
-		d->backoff_base_ms = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
-		d->backoff_max_ms = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
-		d->max_age_secs = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
-		format = spi_text(tup, desc, 10);
-		d->target.structured = (format && strcmp(format, "structured") == 0);
-		d->target.headers = relay_header_lines(SPI_getbinval(tup, desc, 11, &isnull));
-		secrets = SPI_getbinval(tup, desc, 12, &isnull);
-		if (!isnull)
-		{
-			ArrayType  *arr = DatumGetArrayTypeP(secrets);
-			Datum	   *elems;
-			bool	   *nulls;
-			int			n;
-
-			deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT,
-							  &elems, &nulls, &n);
-			for (int k = 0; k < n; k++)
-			{
-				StringInfo	key = makeStringInfo();
-				char	   *secret;
-
-				if (nulls[k])
-					continue;
-				secret = TextDatumGetCString(elems[k]);
-				src.signing_secrets = lappend(src.signing_secrets, secret);
-				if (OutboxDecodeSigningSecret(secret, key))
-					d->target.signing_keys = lappend(d->target.signing_keys, key);
-				else
-					ereport(WARNING,
-							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							 errmsg("signing secret %d of destination \"%s\" is not valid base64; it is ignored",
-									k + 1, d->name),
-							 errhint("A Standard Webhooks secret is \"whsec_\" followed by base64.")));
-			}
-		}
-		d->target.bearer_token = spi_text(tup, desc, 13);
-		d->target.source = spi_text(tup, desc, 14);
-		d->circuit_threshold = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
-		if (d->target.source == NULL)
-			d->target.source = psprintf("urn:outbox_pg:%s", relay_database_name);
-		kind = spi_text(tup, desc, 16);
-		if (strcmp(kind, "webhook") != 0)
-		{
-			const char *credentials[5];
-
-			for (int k = 0; k < 5; k++)
-				credentials[k] = spi_text(tup, desc, 18 + k);
-			d->broker = OutboxBrokerTarget(kind, d->name, d->url,
-										   SPI_getbinval(tup, desc, 17, &isnull),
-										   credentials);
-			src.aws_access_key_id = credentials[0];
-			src.aws_secret_access_key = credentials[1];
-			src.aws_session_token = credentials[2];
-			src.username = credentials[3];
-			src.password = credentials[4];
-		}
-		src.url = d->url;
-		src.header_lines = d->target.headers;
-		src.bearer_token = d->target.bearer_token;
-		d->secrets = OutboxPeerSecrets(&src);
-		MemoryContextSwitchTo(old);
-
-		rd = hash_search(destinations, d->name, HASH_ENTER, &found);
-		if (!found)
-		{
-			rd->in_flight = 0;
-			rd->stats = NULL;
-			rd->paused = false;
-		}
-		if (rd->stats == NULL)	/* ops */
-			rd->stats = OutboxDestStatsAttach(RELAY_SLOT_INDEX, d->name);
-
-		/*
-		 * The shared circuit: closed for good without a threshold; a
-		 * destination just resumed gets its probe at once.
-		 */
-		if (d->circuit_threshold <= 0 || (rd->paused && !d->paused))
-			OutboxCircuitConfigure(rd->stats, d->circuit_threshold <= 0,
-								   rd->paused && !d->paused);
-		rd->paused = d->paused;
-		rd->max_concurrency = d->max_concurrency;
-		rd->circuit_threshold = d->circuit_threshold;
-		rd->timeout_ms = d->timeout_ms;
-
+		if (d == NULL)
+			continue;
+		delivery_refresh_state(d);
 		old = MemoryContextSwitchTo(relay_cycle_context);
 		result = lappend(result, d);
 		MemoryContextSwitchTo(old);
 	}
 	return result;
 }
+
+/* ---- leasing and building requests ---- */
 
 /*
  * How many events of this destination may be leased now; *probe is set
@@ -393,61 +578,73 @@ relay_capacity(RelayDestination *rd, TimestampTz now, bool *probe)
 	return free_slots;
 }
 
-/* ---- brokers (sns, sqs, rabbitmq: see broker.c) ---- */
-
-static BrokerMessage *
-relay_broker_message(const WebhookEvent *wev, const DestinationConfig *d)
+/*
+ * One leased row (of OutboxStoreLease's result) as an event in its own
+ * memory context, counted in flight.
+ */
+static RelayEvent *
+delivery_new_event(LoadedDestination *d, RelayDestination *rd, bool probe,
+				   HeapTuple tup, TupleDesc desc)
 {
-	BrokerMessage *msg = palloc0(sizeof(BrokerMessage));
+	MemoryContext cxt = AllocSetContextCreate(relay_events_context,
+											  "outbox_pg event",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	RelayEvent *ev = palloc0(sizeof(RelayEvent));
+	bool		isnull;
+	Datum		headers;
 
-	msg->id = wev->id;
-	msg->type = wev->type;
-	msg->aggregate_id = wev->aggregate_id;
-	msg->payload = wev->payload;
-	msg->traceparent = wev->traceparent;
-	msg->time = wev->time;
-	msg->destination = d->name;
-	return msg;
+	ev->context = cxt;
+	ev->dest = rd;
+	ev->loaded = d;
+	d->refs++;
+	ev->probe = probe;
+	memcpy(&ev->id, DatumGetUUIDP(SPI_getbinval(tup, desc, 1, &isnull)),
+		   sizeof(pg_uuid_t));
+	ev->attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+	ev->age_secs = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
+	ev->leased_until = DatumGetTimestampTz(SPI_getbinval(tup, desc, 10, &isnull));
+
+	ev->msg.id = SPI_getvalue(tup, desc, 1);
+	ev->msg.type = SPI_getvalue(tup, desc, 2);
+	ev->msg.aggregate_id = SPI_getvalue(tup, desc, 3);
+	ev->msg.payload = SPI_getvalue(tup, desc, 4);
+	headers = SPI_getbinval(tup, desc, 5, &isnull);
+	if (!isnull)
+		ev->msg.headers = delivery_string_pairs(headers, &ev->msg.nheaders);
+	ev->msg.traceparent = SPI_getvalue(tup, desc, 6);
+	ev->msg.time = SPI_getvalue(tup, desc, 7);
+	ev->msg.destination = d->name;
+
+	ev->req.url = d->url;
+	ev->req.timeout_ms = d->timeout_ms;
+	MemoryContextSwitchTo(old);
+
+	rd->in_flight++;
+	total_in_flight++;
+	OutboxDestStatsSetInFlight(rd->stats, RELAY_SLOT_INDEX, rd->in_flight);	/* ops */
+	return ev;
 }
 
 /*
- * Group a destination's leased events into requests: each request is
- * built in, and owned by, its first event's memory; a message that can
- * never be sent is decided here and completes without a request.
+ * Turn the events to send into HTTP requests, in order: each request is
+ * built in, and owned by, its first event's memory, and carries as many
+ * of the following events as the kind took.
  */
 static void
-relay_broker_batches(DestinationConfig *d, List *events)
+delivery_build_requests(LoadedDestination *d, RelayEvent **evs,
+						OutboxMessage **msgs, int n)
 {
-	int			n = list_length(events);
-	RelayEvent **evs = palloc(n * sizeof(RelayEvent *));
-	BrokerMessage **msgs = palloc(n * sizeof(BrokerMessage *));
-	int			nsend = 0;
-	ListCell   *lc;
-
-	foreach(lc, events)
-	{
-		RelayEvent *ev = lfirst(lc);
-		MemoryContext old = MemoryContextSwitchTo(ev->context);
-
-		OutboxBrokerCheck(d->broker, ev->msg);
-		if (ev->msg->decided)
-			ev->carried = list_make1(ev);	/* completes unsent */
-		else
-		{
-			evs[nsend] = ev;
-			msgs[nsend++] = ev->msg;
-		}
-		MemoryContextSwitchTo(old);
-	}
-	for (int i = 0; i < nsend;)
+	for (int i = 0; i < n;)
 	{
 		RelayEvent *first = evs[i];
 		MemoryContext old = MemoryContextSwitchTo(first->context);
 		int			k;
 
-		first->batch = palloc0(sizeof(BrokerBatch));
-		k = OutboxBrokerBuild(d->broker, &msgs[i], nsend - i, &first->req,
-							  first->batch);
+		k = d->routine->build_request(d->target, &msgs[i],
+									  Min(n - i, d->routine->max_batch),
+									  &first->req);
+		Assert(k >= 1 && k <= Min(n - i, d->routine->max_batch));
 		for (int j = i; j < i + k; j++)
 		{
 			first->carried = lappend(first->carried, evs[j]);
@@ -457,6 +654,55 @@ relay_broker_batches(DestinationConfig *d, List *events)
 		MemoryContextSwitchTo(old);
 		i += k;
 	}
+}
+
+/*
+ * Prepare a destination's leased events for sending: a message its kind
+ * rejects is decided dead here and completes without a request; the
+ * others become requests.
+ */
+static void
+delivery_build(LoadedDestination *d, List *events)
+{
+	int			n = list_length(events);
+	RelayEvent **evs = palloc(n * sizeof(RelayEvent *));
+	OutboxMessage **msgs = palloc(n * sizeof(OutboxMessage *));
+	int			nsend = 0;
+	ListCell   *lc;
+
+	foreach(lc, events)
+	{
+		RelayEvent *ev = lfirst(lc);
+		MemoryContext old = MemoryContextSwitchTo(ev->context);
+		const char *why = NULL;
+
+		if (d->routine->reject != NULL)
+			why = d->routine->reject(d->target, &ev->msg);
+		if (why != NULL)
+		{
+			DeliveryResultSet(&ev->result, OUTCOME_DEAD, why);
+			ev->rejected = true;
+			ev->carried = list_make1(ev);	/* completes unsent */
+		}
+		else
+		{
+			evs[nsend] = ev;
+			msgs[nsend++] = &ev->msg;
+		}
+		MemoryContextSwitchTo(old);
+	}
+
+	/*
+	 * A kind with a native client (start/poll, see destination.h) would be
+	 * handed its messages here instead; none is registered yet.
+	 */
+	if (nsend > 0 && d->routine->build_request == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("destination kind \"%s\" needs a transport this relay does not drive",
+						d->routine->kind)));
+	if (nsend > 0)
+		delivery_build_requests(d, evs, msgs, nsend);
 	pfree(evs);
 	pfree(msgs);
 }
@@ -468,7 +714,7 @@ DeliveryStart(RelayEvent *ev)
 	if (ev->carrier != NULL)
 		return;
 	ev->started_at = GetCurrentTimestamp();
-	if (ev->msg != NULL && ev->msg->decided)
+	if (ev->rejected)
 		HttpClientSkip(relay_http, &ev->req);
 	else
 		HttpClientStart(relay_http, &ev->req);
@@ -485,6 +731,25 @@ DeliveryCompleted(List *pending, HttpRequest *req)
 	return lappend(pending, ev);
 }
 
+/* The lease's length: long enough for the slowest destination's request. */
+static Interval *
+delivery_lease_interval(List *dests)
+{
+	ListCell   *lc;
+	int			lease_ms = 0;
+	Interval   *lease;
+
+	foreach(lc, dests)
+	{
+		LoadedDestination *d = lfirst(lc);
+
+		lease_ms = Max(lease_ms, d->timeout_ms + outbox_lease_margin);
+	}
+	lease = MemoryContextAllocZero(relay_cycle_context, sizeof(Interval));
+	lease->time = (int64) lease_ms * 1000;
+	return lease;
+}
+
 /*
  * Lease due events of every destination with free capacity and turn them
  * into requests (started after the commit).  Each event is appended to
@@ -497,27 +762,18 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 {
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
-	int			lease_ms = 0;
-	Interval   *lease;
+	Interval   *lease = delivery_lease_interval(dests);
 
 	*drained = true;
 	foreach(lc, dests)
 	{
-		DestinationConfig *d = lfirst(lc);
-
-		lease_ms = Max(lease_ms, d->timeout_ms + outbox_lease_margin);
-	}
-	lease = MemoryContextAllocZero(relay_cycle_context, sizeof(Interval));
-	lease->time = (int64) lease_ms * 1000;
-
-	foreach(lc, dests)
-	{
-		DestinationConfig *d = lfirst(lc);
+		LoadedDestination *d = lfirst(lc);
 		RelayDestination *rd = hash_search(destinations, d->name, HASH_FIND, NULL);
 		bool		probe = false;
 		int			want = relay_capacity(rd, now, &probe);
 		uint64		n;
-		List	   *broker_events = NIL;
+		List	   *events = NIL;
+		MemoryContext old;
 
 		if (want <= 0)
 			continue;
@@ -529,69 +785,26 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 
 		for (uint64 i = 0; i < n; i++)
 		{
-			HeapTuple	tup = SPI_tuptable->vals[i];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			MemoryContext cxt;
-			MemoryContext old;
-			RelayEvent *ev;
-			WebhookEvent wev;
-			bool		isnull;
-			Datum		hdrs;
-
-			cxt = AllocSetContextCreate(relay_events_context, "outbox_pg event",
-										ALLOCSET_SMALL_SIZES);
-			old = MemoryContextSwitchTo(cxt);
-			ev = palloc0(sizeof(RelayEvent));
-			ev->context = cxt;
-			ev->dest = rd;
-			ev->probe = probe;
-			memcpy(&ev->id, DatumGetUUIDP(SPI_getbinval(tup, desc, 1, &isnull)),
-				   sizeof(pg_uuid_t));
-			ev->attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
-			ev->age_secs = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
-			ev->leased_until = DatumGetTimestampTz(SPI_getbinval(tup, desc, 10, &isnull));
-			ev->max_attempts = d->max_attempts;
-			ev->backoff_base_ms = d->backoff_base_ms;
-			ev->backoff_max_ms = d->backoff_max_ms;
-			ev->max_age_secs = d->max_age_secs;
-			ev->url = pstrdup(d->url);
-			ev->secrets = OutboxPeerSecretsCopy(d->secrets);
-
-			memset(&wev, 0, sizeof(wev));
-			wev.id = spi_text(tup, desc, 1);
-			wev.type = spi_text(tup, desc, 2);
-			wev.aggregate_id = spi_text(tup, desc, 3);
-			wev.payload = spi_text(tup, desc, 4);
-			hdrs = SPI_getbinval(tup, desc, 5, &isnull);
-			if (!isnull)
-				wev.extra_headers = relay_header_lines(hdrs);
-			wev.traceparent = spi_text(tup, desc, 6);
-			wev.time = spi_text(tup, desc, 7);
-
-			ev->req.url = ev->url;
-			ev->req.timeout_ms = d->timeout_ms;
-			if (d->broker != NULL)
-				ev->msg = relay_broker_message(&wev, d);
-			else
-				OutboxBuildWebhook(&wev, &d->target, &ev->req, &ev->body);
-			MemoryContextSwitchTo(old);
-
-			rd->in_flight++;
-			total_in_flight++;
-			OutboxDestStatsSetInFlight(rd->stats, RELAY_SLOT_INDEX, rd->in_flight);	/* ops */
+			RelayEvent *ev = delivery_new_event(d, rd, probe,
+												SPI_tuptable->vals[i],
+												SPI_tuptable->tupdesc);
 
 			/*
 			 * SPI calls leave CurrentMemoryContext in SPI's own (transaction)
-			 * memory; the list must outlive the transaction.
+			 * memory; the lists must outlive the transaction.
 			 */
 			old = MemoryContextSwitchTo(relay_events_context);
 			*leased = lappend(*leased, ev);
-			if (ev->msg != NULL)
-				broker_events = lappend(broker_events, ev);
+			events = lappend(events, ev);
 			MemoryContextSwitchTo(old);
 		}
-		if (broker_events != NIL)
-			relay_broker_batches(d, broker_events);
+		if (events != NIL)
+		{
+			old = MemoryContextSwitchTo(relay_cycle_context);
+			delivery_build(d, events);
+			MemoryContextSwitchTo(old);
+			list_free(events);
+		}
 	}
 }
 
@@ -599,16 +812,17 @@ void
 DeliveryFreeEvent(RelayEvent *ev)
 {
 	Assert(ev->req.easy == NULL);	/* never while curl still uses it */
-	if (ev->req.headers)
-		curl_slist_free_all(ev->req.headers);
-	ev->req.headers = NULL;
 	if (ev->probe)				/* gone without a result: let another probe */
 		OutboxCircuitReleaseProbe(ev->dest->stats);
 	ev->dest->in_flight--;
 	total_in_flight--;
 	OutboxDestStatsSetInFlight(ev->dest->stats, RELAY_SLOT_INDEX, ev->dest->in_flight);	/* ops */
+	/* its header list goes with it (http.c's reset callback) */
 	MemoryContextDelete(ev->context);
+	delivery_release(ev->loaded);
 }
+
+/* ---- recording results ---- */
 
 /*
  * Wake the other relays of this database: the circuit of a destination
@@ -661,46 +875,127 @@ relay_note_destination(RelayEvent *ev, bool failed)
 	return outage;
 }
 
-static int
-relay_status(RelayEvent *ev)
+/*
+ * Classify the answer to the request ev sent, for every event it carried,
+ * and tell the circuit.
+ */
+static void
+delivery_classify(RelayEvent *ev)
 {
-	return ev->msg != NULL ? ev->msg->status : ev->req.status;
+	LoadedDestination *d = ev->loaded;
+	int			n = list_length(ev->carried);
+	OutboxMessage **msgs = palloc(n * sizeof(OutboxMessage *));
+	DeliveryResult *results = palloc0(n * sizeof(DeliveryResult));
+	bool		failed;
+	bool		outage;
+	ListCell   *lc;
+
+	foreach(lc, ev->carried)
+		msgs[foreach_current_index(lc)] = &((RelayEvent *) lfirst(lc))->msg;
+	failed = DestinationClassify(d->routine, d->target, &ev->req, msgs, n,
+								 results);
+	outage = relay_note_destination(ev, failed);
+	foreach(lc, ev->carried)
+	{
+		RelayEvent *carried = lfirst(lc);
+
+		carried->result = results[foreach_current_index(lc)];
+		carried->outage = outage;
+	}
+}
+
+/* The request that carried ev (its own, or its carrier's). */
+static HttpRequest *
+delivery_sent(RelayEvent *ev)
+{
+	return ev->carrier ? &ev->carrier->req : &ev->req;
 }
 
 /*
- * The error recorded on the event: what the destination said (or libcurl
- * about it), made safe to store by peertext.c, secrets redacted.
+ * The error recorded on the event: what the destination said (or the
+ * transport about it), made safe to store by peertext.c, secrets
+ * redacted.  A quote of an answer may end where its buffer did.
  */
 static char *
 relay_error_text(RelayEvent *ev)
 {
-	HttpRequest *req = &ev->req;
-	HttpRequest *sent = ev->carrier ? &ev->carrier->req : req;
-	StringInfoData text;
+	HttpRequest *sent = delivery_sent(ev);
+	const char *error = ev->result.error ? ev->result.error : "failed";
+	size_t		len = ev->result.error ? ev->result.error_len : strlen(error);
 	bool		cut = false;
 
-	initStringInfo(&text);
-	if (ev->msg != NULL)
-	{
-		appendStringInfoString(&text, ev->msg->error ? ev->msg->error : "failed");
-		/* a broker's text may end where its response buffer did */
+	if (!ev->rejected && sent->failure == TRANSPORT_OK)
 		cut = sent->response_total > (sent->capture ? sent->capture_len :
 									  sent->response_len);
-	}
-	else if (req->curl_code != CURLE_OK || req->refused)
-		appendStringInfoString(&text, req->error[0] ? req->error : "request failed");
-	else if (req->status >= 300 && req->status < 400)
-		appendStringInfo(&text, "HTTP %d: redirects are not followed", req->status);
-	else if (req->response_len > 0)
-	{
-		appendStringInfo(&text, "HTTP %d: ", req->status);
-		appendBinaryStringInfo(&text, req->response, req->response_len);
-		cut = req->response_total > req->response_len;
-	}
-	else
-		appendStringInfo(&text, "HTTP %d", req->status);
-	return OutboxPeerText(text.data, text.len, cut, ev->secrets,
+	return OutboxPeerText(error, len, cut, ev->loaded->secrets,
 						  OUTBOX_ERROR_LEN - 1);
+}
+
+/*
+ * The event's final outcome, with max_attempts and max_age applied: an
+ * outage uses up no attempts; max_age still holds.
+ */
+static DeliveryOutcome
+delivery_outcome(RelayEvent *ev)
+{
+	DeliveryOutcome outcome = ev->result.decided ? ev->result.outcome : OUTCOME_RETRY;
+	LoadedDestination *d = ev->loaded;
+
+	if (outcome == OUTCOME_RETRY &&
+		((ev->attempts >= d->max_attempts && !ev->outage) ||
+		 ev->age_secs >= d->max_age_secs))
+		outcome = OUTCOME_DEAD;
+	return outcome;
+}
+
+/*
+ * When a retried event is due again: after its backoff, or at once in an
+ * outage (the circuit keeps it from being leased until it closes); never
+ * before the destination's Retry-After.
+ */
+static TimestampTz
+delivery_retry_at(RelayEvent *ev, TimestampTz now)
+{
+	HttpRequest *sent = delivery_sent(ev);
+	int64		delay = 0;
+
+	if (!ev->outage)
+		delay = OutboxBackoffDelayMs(ev->attempts, ev->loaded->backoff_base_ms,
+									 ev->loaded->backoff_max_ms,
+									 pg_prng_double(&prng));
+	if (sent->retry_after_secs >= 0)
+		delay = Max(delay, Min((int64) sent->retry_after_secs * 1000,
+							   RETRY_AFTER_MAX_MS));
+	return TimestampTzPlusMilliseconds(now, delay);
+}
+
+static void
+record_rows_init(RecordRows *rows, int n)
+{
+	rows->n = 0;
+	rows->ids = palloc(n * sizeof(Datum));
+	rows->next_at = palloc(n * sizeof(Datum));
+	rows->statuses = palloc(n * sizeof(Datum));
+	rows->errors = palloc(n * sizeof(Datum));
+	rows->leases = palloc(n * sizeof(Datum));
+	rows->give_back = palloc(n * sizeof(Datum));
+}
+
+/* One event's row; error NULL for an acknowledgement. */
+static void
+record_rows_add(RecordRows *rows, RelayEvent *ev, TimestampTz next_at,
+				char *error)
+{
+	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
+	int			i = rows->n++;
+
+	memcpy(id, &ev->id, sizeof(pg_uuid_t));
+	rows->ids[i] = UUIDPGetDatum(id);
+	rows->next_at[i] = TimestampTzGetDatum(next_at);
+	rows->statuses[i] = Int32GetDatum(delivery_sent(ev)->status);
+	rows->errors[i] = error ? CStringGetTextDatum(error) : (Datum) 0;
+	rows->leases[i] = TimestampTzGetDatum(ev->leased_until);
+	rows->give_back[i] = BoolGetDatum(ev->outage);
 }
 
 /* Arrays for the record statements; status 0 (no HTTP answer) is NULL. */
@@ -724,6 +1019,13 @@ timestamptz_array(Datum *times, int n)
 }
 
 static Datum
+bool_array(Datum *values, int n)
+{
+	return PointerGetDatum(construct_array(values, n, BOOLOID, 1, true,
+										   TYPALIGN_CHAR));
+}
+
+static Datum
 status_array(Datum *statuses, int n)
 {
 	bool	   *nulls = palloc(n * sizeof(bool));
@@ -736,6 +1038,37 @@ status_array(Datum *statuses, int n)
 											  INT4OID, 4, true, TYPALIGN_INT));
 }
 
+/* Write the rows, in a transaction of their own. */
+static void
+delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead)
+{
+	bool		missing;
+
+	if (!relay_begin(&missing))
+	{
+		/* extension gone or being dropped: the rows are gone or leased */
+		relay_commit();
+		return;
+	}
+	if (ack->n > 0)
+		OutboxStoreAck(uuid_array(ack->ids, ack->n),
+					   status_array(ack->statuses, ack->n));
+	/* retry and dead change a row only under the lease they belong to */
+	if (retry->n > 0)
+		OutboxStoreRetry(uuid_array(retry->ids, retry->n),
+						 timestamptz_array(retry->next_at, retry->n),
+						 status_array(retry->statuses, retry->n),
+						 text_array(retry->errors, retry->n),
+						 timestamptz_array(retry->leases, retry->n),
+						 bool_array(retry->give_back, retry->n));
+	if (dead->n > 0)
+		OutboxStoreDead(uuid_array(dead->ids, dead->n),
+						status_array(dead->statuses, dead->n),
+						text_array(dead->errors, dead->n),
+						timestamptz_array(dead->leases, dead->n));
+	relay_commit();
+}
+
 /*
  * Record the results of completed requests in one transaction.
  */
@@ -744,153 +1077,42 @@ DeliveryRecord(List *done)
 {
 	ListCell   *lc;
 	int			n = list_length(done);
-	Datum	   *ack_ids = palloc(n * sizeof(Datum));
-	Datum	   *ack_status = palloc(n * sizeof(Datum));
-	Datum	   *retry_ids = palloc(n * sizeof(Datum));
-	Datum	   *retry_at = palloc(n * sizeof(Datum));
-	Datum	   *retry_status = palloc(n * sizeof(Datum));
-	Datum	   *retry_error = palloc(n * sizeof(Datum));
-	Datum	   *retry_lease = palloc(n * sizeof(Datum));
-	Datum	   *dead_ids = palloc(n * sizeof(Datum));
-	Datum	   *dead_status = palloc(n * sizeof(Datum));
-	Datum	   *dead_error = palloc(n * sizeof(Datum));
-	Datum	   *requeue_ids = palloc(n * sizeof(Datum));
-	Datum	   *requeue_at = palloc(n * sizeof(Datum));
-	Datum	   *requeue_status = palloc(n * sizeof(Datum));
-	Datum	   *requeue_error = palloc(n * sizeof(Datum));
-	Datum	   *requeue_lease = palloc(n * sizeof(Datum));
-	Datum	   *dead_lease = palloc(n * sizeof(Datum));
-	int			nack = 0,
-				nretry = 0,
-				ndead = 0,
-				nrequeue = 0;
+	RecordRows	ack;
+	RecordRows	retry;
+	RecordRows	dead;
 	TimestampTz now = GetCurrentTimestamp();
-	bool		missing;
+
+	record_rows_init(&ack, n);
+	record_rows_init(&retry, n);
+	record_rows_init(&dead, n);
+
+	/* each answer once, for every event its request carried */
+	foreach(lc, done)
+	{
+		RelayEvent *ev = lfirst(lc);
+
+		if (ev->carried != NIL && !ev->rejected)
+			delivery_classify(ev);
+	}
 
 	foreach(lc, done)
 	{
 		RelayEvent *ev = lfirst(lc);
-		HttpRequest *req = &ev->req;
-		DeliveryOutcome outcome;
-		pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
+		DeliveryOutcome outcome = delivery_outcome(ev);
 
-		memcpy(id, &ev->id, sizeof(pg_uuid_t));
-		if (ev->msg != NULL)
-		{
-			/* a broker request decides each message it carried */
-			if (ev->batch != NULL)
-			{
-				OutboxBrokerClassify(ev->batch, req);
-				ev->outage = relay_note_destination(ev, ev->batch->destination_failure);
-			}
-			else if (ev->carrier != NULL)
-				ev->outage = ev->carrier->outage;	/* recorded just before */
-			outcome = ev->msg->outcome;
-		}
-		else
-		{
-			/* an oversized body or a refused host comes back as a curl error */
-			outcome = OutboxClassifyResponse(req->status, req->curl_code, req->refused);
-			ev->outage = relay_note_destination(ev,
-												outcome != OUTCOME_ACK &&
-												OutboxIsDestinationFailure(req->status, req->curl_code));
-		}
-
-		/* an outage uses up no attempts; max_age still holds */
-		if (outcome == OUTCOME_RETRY &&
-			((ev->attempts >= ev->max_attempts && !ev->outage) ||
-			 ev->age_secs >= ev->max_age_secs))
-			outcome = OUTCOME_DEAD;
 		/* ops: an event carried in another's request has that request's answer */
-		{
-			HttpRequest *sent = ev->carrier ? &ev->carrier->req : req;
-
-			OutboxDestStatsRecordResult(ev->dest->stats, now, relay_status(ev),
-										outcome, sent->duration_us);
-		}
-
-		switch (outcome)
-		{
-			case OUTCOME_ACK:
-				ack_ids[nack] = UUIDPGetDatum(id);
-				ack_status[nack] = Int32GetDatum(relay_status(ev));
-				nack++;
-				break;
-			case OUTCOME_RETRY:
-				if (ev->outage)
-				{
-					/*
-					 * The destination failed, not the event: give the
-					 * attempt back and make it due at once; the circuit
-					 * keeps it from being leased until it closes.
-					 */
-					int64		delay = 0;
-
-					if (ev->msg == NULL && req->retry_after_secs >= 0)
-						delay = Min((int64) req->retry_after_secs * 1000,
-									RETRY_AFTER_MAX_MS);
-					requeue_ids[nrequeue] = UUIDPGetDatum(id);
-					requeue_at[nrequeue] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
-					requeue_status[nrequeue] = Int32GetDatum(relay_status(ev));
-					requeue_error[nrequeue] = CStringGetTextDatum(relay_error_text(ev));
-					requeue_lease[nrequeue] = TimestampTzGetDatum(ev->leased_until);
-					nrequeue++;
-				}
-				else
-				{
-					int64		delay = OutboxBackoffDelayMs(ev->attempts,
-															 ev->backoff_base_ms,
-															 ev->backoff_max_ms,
-															 pg_prng_double(&prng));
-
-					if (ev->msg == NULL && req->retry_after_secs >= 0)
-						delay = Max(delay, Min((int64) req->retry_after_secs * 1000,
-											   RETRY_AFTER_MAX_MS));
-					retry_ids[nretry] = UUIDPGetDatum(id);
-					retry_at[nretry] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
-					retry_status[nretry] = Int32GetDatum(relay_status(ev));
-					retry_error[nretry] = CStringGetTextDatum(relay_error_text(ev));
-					retry_lease[nretry] = TimestampTzGetDatum(ev->leased_until);
-					nretry++;
-				}
-				break;
-			case OUTCOME_DEAD:
-				dead_ids[ndead] = UUIDPGetDatum(id);
-				dead_status[ndead] = Int32GetDatum(relay_status(ev));
-				dead_error[ndead] = CStringGetTextDatum(relay_error_text(ev));
-				dead_lease[ndead] = TimestampTzGetDatum(ev->leased_until);
-				ndead++;
-				break;
-		}
+		OutboxDestStatsRecordResult(ev->dest->stats, now, delivery_sent(ev)->status,
+									outcome, delivery_sent(ev)->duration_us);
+		if (outcome == OUTCOME_ACK)
+			record_rows_add(&ack, ev, now, NULL);
+		else if (outcome == OUTCOME_RETRY)
+			record_rows_add(&retry, ev, delivery_retry_at(ev, now),
+							relay_error_text(ev));
+		else
+			record_rows_add(&dead, ev, now, relay_error_text(ev));
 	}
 
-	if (!relay_begin(&missing))
-	{
-		/* extension gone or being dropped: the rows are gone or leased */
-		relay_commit();
-		return;
-	}
-	if (nack > 0)
-		OutboxStoreAck(uuid_array(ack_ids, nack), status_array(ack_status, nack));
-	/* retry and dead change a row only under the lease they belong to */
-	if (nretry > 0)
-		OutboxStoreRetry(uuid_array(retry_ids, nretry),
-						 timestamptz_array(retry_at, nretry),
-						 status_array(retry_status, nretry),
-						 text_array(retry_error, nretry),
-						 timestamptz_array(retry_lease, nretry));
-	if (ndead > 0)
-		OutboxStoreDead(uuid_array(dead_ids, ndead), status_array(dead_status, ndead),
-						text_array(dead_error, ndead),
-						timestamptz_array(dead_lease, ndead));
-	if (nrequeue > 0)
-		OutboxStoreRequeue(uuid_array(requeue_ids, nrequeue),
-						   timestamptz_array(requeue_at, nrequeue),
-						   status_array(requeue_status, nrequeue),
-						   text_array(requeue_error, nrequeue),
-						   timestamptz_array(requeue_lease, nrequeue));
-	relay_commit();
-
-	pg_atomic_fetch_add_u64(&relay_slot->published, nack);
-	pg_atomic_fetch_add_u64(&relay_slot->failed, nretry + ndead + nrequeue);
+	delivery_store(&ack, &retry, &dead);
+	pg_atomic_fetch_add_u64(&relay_slot->published, ack.n);
+	pg_atomic_fetch_add_u64(&relay_slot->failed, retry.n + dead.n);
 }

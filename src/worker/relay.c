@@ -96,15 +96,6 @@
 #define RECORD_BATCH			128
 #define RECORD_DELAY_MS			10
 
-/* The process's state, shared with delivery.c through worker/relay.h. */
-RelaySlot  *relay_slot = NULL;
-HttpClient *relay_http = NULL;
-MemoryContext relay_cycle_context = NULL;
-char	   *relay_database_name = NULL;
-
-/* lease again then: a circuit's pause ends or another relay's probe expires */
-TimestampTz relay_circuit_recheck_at = 0;
-
 /* What the loop carries from one iteration to the next. */
 typedef struct RelayLoop
 {
@@ -122,24 +113,7 @@ static RelayLoop loop;
 
 static WorkerErrorThrottle relay_errors;
 static const char *relay_activity = "starting";	/* for an error's context */
-static bool relay_outdated = false;	/* extension needs an UPDATE */
 static bool relay_announced = false;	/* "started" is logged */
-
-/* The tables a relay cycle touches, in the order it locks them. */
-static const OutboxTableLock relay_tables[] =
-{
-	{OUTBOX_EVENTS_TABLE, RowExclusiveLock},
-	{OUTBOX_DESTINATIONS_TABLE, AccessShareLock},
-	{OUTBOX_ROUTES_TABLE, AccessShareLock},
-	{OUTBOX_CREDENTIALS_TABLE, AccessShareLock},
-};
-
-/* A relay transaction: the library's version, then the tables, NOWAIT. */
-static const WorkerStepSpec relay_step =
-{
-	WORKER_CHECK_VERSION, OUTBOX_SCHEMA, relay_tables, lengthof(relay_tables),
-	DeliveryPreparePlans
-};
 
 /* start-up and exit */
 static void relay_start(int slot_index);
@@ -471,32 +445,6 @@ relay_wait_time(void)
 	if (loop.need_inbox)
 		wait_ms = Min(wait_ms, loop.inbox_wait_ms);
 	return wait_ms;
-}
-
-/*
- * Begin a relay transaction (a worker step, step.c).  Returns false when
- * the cycle must be skipped, its transaction already committed; sets
- * *missing when the extension is not installed at all.  Used by this
- * file and by delivery.c, which ends a begun step with relay_commit().
- */
-bool
-relay_begin(bool *missing)
-{
-	WorkerStepSkip skip;
-	bool		begun;
-
-	/* ha: deliver only with the SQL objects of this library's version */
-	begun = WorkerStepBegin(&relay_step, relay_slot, &skip);
-	*missing = (skip == WORKER_STEP_NO_EXTENSION);
-	relay_outdated = (skip == WORKER_STEP_OUTDATED);
-	return begun;
-}
-
-/* Commit a relay transaction; nothing to do after a skipped begin. */
-void
-relay_commit(void)
-{
-	WorkerStepCommit();
 }
 
 static void

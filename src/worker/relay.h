@@ -2,8 +2,8 @@
  *
  * relay.h
  *		  Inside the relay process: what relay.c (the process and its loop)
- *		  and delivery.c (the events) share.  Nothing outside src/worker/
- *		  includes this.
+ *		  and delivery.c (the events) share, kept in relay_state.c.
+ *		  Nothing outside src/worker/ includes this.
  *
  * Copyright (c) 2026, outbox_pg developers
  *
@@ -21,12 +21,13 @@
 #include "shmem.h"
 #include "destination/http.h"
 
-/* relay.c */
+/* relay_state.c */
 extern RelaySlot *relay_slot;
 extern HttpClient *relay_http;
 extern MemoryContext relay_cycle_context;	/* reset every loop */
 extern char *relay_database_name;
 extern TimestampTz relay_circuit_recheck_at;
+extern bool relay_outdated;	/* the extension needs an UPDATE */
 
 /* this relay's slot number, for its cells in deststats.c */
 #define RELAY_SLOT_INDEX ((int) (relay_slot - outbox_shared->slots))
@@ -42,7 +43,6 @@ extern MemoryContext relay_events_context;
 
 extern void DeliveryInit(void);
 extern int	DeliveryInFlight(void);
-extern void DeliveryPreparePlans(void);
 extern List *DeliveryLoadDestinations(void);
 extern void DeliveryLease(List *dests, bool *drained, List **leased);
 extern void DeliveryStart(RelayEvent *ev);

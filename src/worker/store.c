@@ -4,8 +4,8 @@
  *		  The relay's statements on outbox.events: lease, ack, retry, dead.
  *
  * Each statement is prepared once per process and kept (SPI_keepplan).
- * The relay calls them directly; outbox._lease(), _ack(), _retry() and
- * _dead() expose the very same statements to SQL, so the regression and
+ * The relay calls them directly; outbox._lease(), _ack(), _retry(),
+ * _requeue() and _dead() expose the very same statements to SQL, so the regression and
  * isolation tests exercise exactly what the relay runs.
  *
  * Design notes:
@@ -25,10 +25,11 @@
  *	  several workers and with transactions that commit out of order).
  *	- Ack and dead change the status (never HOT: status is in the index
  *	  predicates) and clear the lease; retry moves next_attempt_at and
- *	  clears the lease, so the row is due at the retry time.  Requeue is a
- *	  retry that also gives back the attempt the lease counted: the relay
- *	  uses it for a failure that was the destination's (its circuit is
- *	  open, see deststats.c), not the event's.
+ *	  clears the lease, so the row is due at the retry time.  A retry may
+ *	  also give back the attempt the lease counted (per row): the relay
+ *	  does that for a failure that was the destination's (its circuit is
+ *	  open, see deststats.c), not the event's; outbox._requeue() is that
+ *	  retry for every row it is given.
  *	- The results are recorded by joining the arrays of ids to the primary
  *	  key, and only rows still pending change: a late result never undoes
  *	  what another worker recorded.
@@ -67,6 +68,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "nodes/makefuncs.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 
 #include "outbox_pg.h"
@@ -145,18 +147,24 @@ static const char *ack_sql =
 "   AND e.status OPERATOR(pg_catalog.=) 'pending'";
 
 /*
- * Retry and dead are fenced by the lease the result belongs to (the last
- * array, r.lease): a row leased again since then is left alone.  A null
- * array (only from the SQL wrappers, never from the relay) skips the
- * fence.
+ * Retry and dead are fenced by the lease the result belongs to (r.lease):
+ * a row leased again since then is left alone.  A null leases array (only
+ * from the SQL wrappers, never from the relay) skips the fence.  Retry
+ * gives the lease's attempt back where r.give_back is true (a null array:
+ * nowhere).  GREATEST is SQL syntax, not a function: nothing to
+ * schema-qualify.
  */
 static const char *retry_sql =
 "UPDATE outbox.events AS e"
-"   SET next_attempt_at = r.next_at, leased_until = NULL,"
+"   SET attempts = CASE WHEN r.give_back"
+"                       THEN GREATEST(e.attempts OPERATOR(pg_catalog.-) 1, 0)"
+"                       ELSE e.attempts END,"
+"       next_attempt_at = r.next_at, leased_until = NULL,"
 "       last_status = r.status, last_error = r.error"
 "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
 "                  pg_catalog.unnest($3), pg_catalog.unnest($4),"
-"                  pg_catalog.unnest($5)) AS r(id, next_at, status, error, lease)"
+"                  pg_catalog.unnest($5), pg_catalog.unnest($6))"
+"       AS r(id, next_at, status, error, lease, give_back)"
 " WHERE e.id OPERATOR(pg_catalog.=) r.id"
 "   AND e.status OPERATOR(pg_catalog.=) 'pending'"
 "   AND ($5 IS NULL OR e.leased_until OPERATOR(pg_catalog.=) r.lease)";
@@ -171,24 +179,10 @@ static const char *dead_sql =
 "   AND e.status OPERATOR(pg_catalog.=) 'pending'"
 "   AND ($4 IS NULL OR e.leased_until OPERATOR(pg_catalog.=) r.lease)";
 
-/* GREATEST is SQL syntax, not a function: nothing to schema-qualify */
-static const char *requeue_sql =
-"UPDATE outbox.events AS e"
-"   SET attempts = GREATEST(e.attempts OPERATOR(pg_catalog.-) 1, 0),"
-"       next_attempt_at = r.next_at, leased_until = NULL,"
-"       last_status = r.status, last_error = r.error"
-"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-"                  pg_catalog.unnest($3), pg_catalog.unnest($4),"
-"                  pg_catalog.unnest($5)) AS r(id, next_at, status, error, lease)"
-" WHERE e.id OPERATOR(pg_catalog.=) r.id"
-"   AND e.status OPERATOR(pg_catalog.=) 'pending'"
-"   AND ($5 IS NULL OR e.leased_until OPERATOR(pg_catalog.=) r.lease)";
-
 static SPIPlanPtr lease_plan = NULL;
 static SPIPlanPtr ack_plan = NULL;
 static SPIPlanPtr retry_plan = NULL;
 static SPIPlanPtr dead_plan = NULL;
-static SPIPlanPtr requeue_plan = NULL;
 
 static uint64
 store_execute(SPIPlanPtr plan, Datum *args, const char *nulls, int expected)
@@ -216,7 +210,7 @@ OutboxStoreLease(int batch_size, Interval *lease, const char *destination)
 	args[0] = Int32GetDatum(batch_size);
 	args[1] = IntervalPGetDatum(lease);
 	args[2] = CStringGetTextDatum(destination);
-	return store_execute(OutboxKeepPlan(&lease_plan, lease_sql, 3, types),
+	return store_execute(WorkerKeepPlan(&lease_plan, lease_sql, 3, types),
 						 args, NULL, SPI_OK_UPDATE_RETURNING);
 }
 
@@ -226,26 +220,31 @@ OutboxStoreAck(Datum ids, Datum statuses)
 	Oid			types[2] = {UUIDARRAYOID, INT4ARRAYOID};
 	Datum		args[2] = {ids, statuses};
 
-	return store_execute(OutboxKeepPlan(&ack_plan, ack_sql, 2, types),
+	return store_execute(WorkerKeepPlan(&ack_plan, ack_sql, 2, types),
 						 args, NULL, SPI_OK_UPDATE);
 }
 
 /*
  * leases: the leased_until of each event's lease, as the lease returned it
- * (timestamptz[]); rows leased again since are not changed.  (Datum) 0
- * skips the fence (SQL wrappers only).
+ * (timestamptz[]); rows leased again since are not changed.  give_back
+ * (bool[]): give the lease's attempt back.  (Datum) 0 for either skips it
+ * (no fence: SQL wrappers only; no give-back).
  */
 uint64
 OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses, Datum errors,
-				 Datum leases)
+				 Datum leases, Datum give_back)
 {
-	Oid			types[5] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID,
-							TEXTARRAYOID, TIMESTAMPTZARRAYOID};
-	Datum		args[5] = {ids, next_at, statuses, errors, leases};
+	Oid			types[6] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID,
+							TEXTARRAYOID, TIMESTAMPTZARRAYOID, BOOLARRAYOID};
+	Datum		args[6] = {ids, next_at, statuses, errors, leases, give_back};
+	char		nulls[7] = "      ";
 
-	return store_execute(OutboxKeepPlan(&retry_plan, retry_sql, 5, types),
-						 args, leases == (Datum) 0 ? "    n" : NULL,
-						 SPI_OK_UPDATE);
+	if (leases == (Datum) 0)
+		nulls[4] = 'n';
+	if (give_back == (Datum) 0)
+		nulls[5] = 'n';
+	return store_execute(WorkerKeepPlan(&retry_plan, retry_sql, 6, types),
+						 args, nulls, SPI_OK_UPDATE);
 }
 
 /* leases: as for OutboxStoreRetry */
@@ -256,22 +255,8 @@ OutboxStoreDead(Datum ids, Datum statuses, Datum errors, Datum leases)
 							TIMESTAMPTZARRAYOID};
 	Datum		args[4] = {ids, statuses, errors, leases};
 
-	return store_execute(OutboxKeepPlan(&dead_plan, dead_sql, 4, types),
+	return store_execute(WorkerKeepPlan(&dead_plan, dead_sql, 4, types),
 						 args, leases == (Datum) 0 ? "   n" : NULL,
-						 SPI_OK_UPDATE);
-}
-
-/* leases: as for OutboxStoreRetry */
-uint64
-OutboxStoreRequeue(Datum ids, Datum next_at, Datum statuses, Datum errors,
-				   Datum leases)
-{
-	Oid			types[5] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID,
-							TEXTARRAYOID, TIMESTAMPTZARRAYOID};
-	Datum		args[5] = {ids, next_at, statuses, errors, leases};
-
-	return store_execute(OutboxKeepPlan(&requeue_plan, requeue_sql, 5, types),
-						 args, leases == (Datum) 0 ? "    n" : NULL,
 						 SPI_OK_UPDATE);
 }
 
@@ -301,6 +286,20 @@ store_leases_arg(FunctionCallInfo fcinfo, int argno)
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return (Datum) 0;
 	return PG_GETARG_DATUM(argno);
+}
+
+/* A bool[] of true, one per element of the array ids. */
+static Datum
+store_all_true(Datum ids)
+{
+	int			n = ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),
+								   ARR_DIMS(DatumGetArrayTypeP(ids)));
+	Datum	   *values = palloc(Max(n, 1) * sizeof(Datum));
+
+	for (int i = 0; i < n; i++)
+		values[i] = BoolGetDatum(true);
+	return PointerGetDatum(construct_array(values, n, BOOLOID, 1, true,
+										   TYPALIGN_CHAR));
 }
 
 Datum
@@ -352,7 +351,7 @@ outbox_retry(PG_FUNCTION_ARGS)
 	store_require_args(fcinfo, 4);
 	n = OutboxStoreRetry(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
 						 PG_GETARG_DATUM(2), PG_GETARG_DATUM(3),
-						 store_leases_arg(fcinfo, 4));
+						 store_leases_arg(fcinfo, 4), (Datum) 0);
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
 }
@@ -375,9 +374,10 @@ outbox_requeue(PG_FUNCTION_ARGS)
 	uint64		n;
 
 	store_require_args(fcinfo, 4);
-	n = OutboxStoreRequeue(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
-						   PG_GETARG_DATUM(2), PG_GETARG_DATUM(3),
-						   store_leases_arg(fcinfo, 4));
+	n = OutboxStoreRetry(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
+						 PG_GETARG_DATUM(2), PG_GETARG_DATUM(3),
+						 store_leases_arg(fcinfo, 4),
+						 store_all_true(PG_GETARG_DATUM(0)));
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
 }

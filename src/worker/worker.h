@@ -84,13 +84,6 @@ extern void WorkerReportCycleError(WorkerErrorThrottle *throttle,
 								   RelaySlot *slot, const char *hint,
 								   const char *context_fmt,...) pg_attribute_printf(4, 5);
 
-/*
- * The name WorkerKeepPlan() had in store.c; store.c, delivery.c and ops.c
- * still use it.
- */
-#define OutboxKeepPlan(plan, sql, nargs, argtypes) \
-	WorkerKeepPlan((plan), (sql), (nargs), (argtypes))
-
 /* housekeeping.c */
 extern void WorkerHousekeeping(TimestampTz now, const char *database_name);
 
@@ -99,11 +92,9 @@ extern uint64 OutboxStoreLease(int batch_size, Interval *lease,
 							   const char *destination);
 extern uint64 OutboxStoreAck(Datum ids, Datum statuses);
 extern uint64 OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses,
-							   Datum errors, Datum leases);
+							   Datum errors, Datum leases, Datum give_back);
 extern uint64 OutboxStoreDead(Datum ids, Datum statuses, Datum errors,
 							  Datum leases);
-extern uint64 OutboxStoreRequeue(Datum ids, Datum next_at, Datum statuses,
-								 Datum errors, Datum leases);
 
 /* version.c */
 extern char *OutboxInstalledVersion(void);

@@ -192,6 +192,7 @@ SELECT outbox._dead(ARRAY[:'leased_id']::pg_catalog.uuid[], ARRAY[400], ARRAY['b
 SELECT outbox.purge_dead(type => 'hp.*') AS purged;
 SELECT outbox.pause('hp_d'), outbox.resume('hp_d');
 SELECT outbox.backoff_delay(3, 1000, 60000, 0.5) AS delay;
+SELECT outcome, destination_failed FROM outbox._classify('webhook', 503, 'busy');
 SELECT outbox._glob_to_like('hp_*') AS like_pattern, outbox._prom_label('a"b') AS label;
 SELECT outbox._wake();
 SELECT outbox._requeue(ARRAY[:'leased_id']::pg_catalog.uuid[], ARRAY[pg_catalog.now()],

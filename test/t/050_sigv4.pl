@@ -3,8 +3,9 @@
 # against botocore's own SigV4 implementation in test/sink/aws_sink.py; a
 # wrong secret is rejected (so the verifier can fail), and so is a request
 # with libcurl 7.88's empty-header quirk.  Also: message attributes, FIFO
-# group and deduplication ids, per-entry results of batches, and the size
-# limits that dead-letter a message before sending.
+# group and deduplication ids, per-entry results of batches, the size
+# limits that dead-letter a message before sending, and per-event headers
+# as message attributes (or a dead letter when they cannot be).
 use strict;
 use utf8;
 use warnings;
@@ -198,6 +199,37 @@ like($node->safe_psql('postgres', q{SELECT last_error FROM outbox.events WHERE t
 	qr/message too large for SNS: \d+ bytes with its attributes, the limit is 262144; not sent/, 'with a clear reason');
 ok(!(grep { grep { ($_->{attributes}{event_type} // '') =~ /^big\.s(ns|qs)$/ } @{ $_->{entries} } } aws_records($sink)),
 	'an oversized message is never sent');
+
+# per-event headers are message attributes; headers that cannot be (more
+# than AWS's 10 attributes with the relay's own, a name AWS refuses, the
+# name of one of the relay's attributes) are refused before sending with
+# the reason, never dropped silently
+$node->safe_psql('postgres', q{
+	SELECT outbox.emit('hdr.sqs', 'a', '{}', destination => 'sqs_single',
+	                   headers => '{"x-tenant": "t1", "region.code": "eu"}');
+	SELECT outbox.emit('hdr.sns', 'a', '{}', destination => 'sns_single', headers => '{"x-tenant": "t2"}');
+	SELECT outbox.emit('hdr.many', 'a', '{}', destination => 'sqs_batch',
+	                   headers => (SELECT jsonb_object_agg('h' || g, 'v') FROM generate_series(1, 8) g));
+	SELECT outbox.emit('hdr.name', 'a', '{}', destination => 'sns_single', headers => '{"AWS.trace": "v"}');
+	SELECT outbox.emit('hdr.own', 'a', '{}', destination => 'sqs_single', headers => '{"event_type": "spoof"}');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 5 FROM outbox.events WHERE type LIKE 'hdr.%' AND status <> 'pending'}),
+	'events with headers are decided');
+is($node->safe_psql('postgres', q{SELECT string_agg(type || ':' || status || ':' || attempts, ',' ORDER BY type) FROM outbox.events WHERE type LIKE 'hdr.%'}),
+	'hdr.many:dead:1,hdr.name:dead:1,hdr.own:dead:1,hdr.sns:published:1,hdr.sqs:published:1',
+	'headers that fit are sent; the others are dead letters after one attempt');
+is($node->safe_psql('postgres', q{SELECT string_agg(type || ': ' || last_error, E'\n' ORDER BY type) FROM outbox.events WHERE type LIKE 'hdr.%' AND status = 'dead'}),
+	join("\n",
+		'hdr.many: too many headers for SQS: 8 headers and 3 attributes of the relay\'s own make 11 message attributes, the limit is 10; not sent',
+		'hdr.name: header "AWS.trace" is not a valid SNS message attribute name; not sent',
+		'hdr.own: header "event_type" has the name of an attribute the relay sets itself; not sent'),
+	'each with its reason');
+my %hdr = map { ($_->{attributes}{event_type} // '') => $_->{attributes} } map { @{ $_->{entries} } } aws_records($sink);
+is_deeply([ @{ $hdr{'hdr.sqs'} // {} }{qw(x-tenant region.code aggregate_id)} ], [ 't1', 'eu', 'a' ],
+	'SQS: per-event headers arrive as String attributes, next to the relay\'s own');
+is($hdr{'hdr.sns'}{'x-tenant'}, 't2', 'SNS too');
+ok(!(grep { $hdr{"hdr.$_"} } qw(many name own)), 'a refused message is never sent');
 
 $node->stop;
 stop_aws_sink($sink);

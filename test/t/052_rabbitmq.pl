@@ -1,6 +1,7 @@
 # RabbitMQ through the management API publish endpoint, against a private
 # rabbitmq-server node on 127.0.0.1: events arrive in a bound queue with
-# message_id, type, content_type, delivery_mode and headers; only
+# message_id, type, content_type, delivery_mode and headers (the
+# per-event ones too, never replacing the relay's own); only
 # {"routed": true} acknowledges, so an unroutable routing key is reported
 # and retried (or dead-lettered when configured so); a missing exchange
 # and wrong credentials are reported and retried.
@@ -46,7 +47,9 @@ my $tp = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 my $ids = $node->safe_psql('postgres', qq{
 	SELECT string_agg(outbox.emit('payment.captured', 'acct-' || g,
 	                              jsonb_build_object('n', g, 'memo', 'Grüße ✓'),
-	                              destination => 'rabbit', traceparent => '$tp')::text, ' ' ORDER BY g)
+	                              destination => 'rabbit', traceparent => '$tp',
+	                              headers => jsonb_build_object('x-tenant', 'tenant-' || g,
+	                                                            'aggregate_id', 'spoofed'))::text, ' ' ORDER BY g)
 	  FROM generate_series(1, 5) g});
 my @ids = split / /, $ids;
 ok($node->poll_query_until('postgres',
@@ -64,7 +67,8 @@ is($m->{properties}{content_type}, 'application/json', 'content_type');
 is($m->{properties}{delivery_mode}, 2, 'persistent (delivery_mode 2)');
 is($m->{properties}{app_id}, 'outbox_pg', 'app_id');
 is($m->{properties}{headers}{traceparent}, $tp, 'traceparent header');
-is($m->{properties}{headers}{aggregate_id}, 'acct-1', 'aggregate_id header');
+is($m->{properties}{headers}{aggregate_id}, 'acct-1', 'aggregate_id header (a per-event header of that name does not replace it)');
+is($m->{properties}{headers}{'x-tenant'}, 'tenant-1', 'a per-event header is a message header');
 is($m->{routing_key}, 'payment.captured', 'routing key from the event type');
 is_deeply(decode_json(Encode::encode_utf8($m->{payload})), { n => 1, memo => 'Grüße ✓' }, 'the payload, non-ASCII intact');
 
