@@ -49,6 +49,7 @@
 #include "utils/jsonb.h"
 
 #include "outbox_pg.h"
+#include "util.h"
 #include "retry.h"
 #include "destination/http.h"
 #include "destination/destination.h"
@@ -155,23 +156,10 @@ sqs_parse(const char *text, size_t len)
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(copy)));
 }
 
-static JsonbValue *
-json_get(JsonbContainer *c, const char *key)
-{
-	JsonbValue	k;
-
-	if (c == NULL || !JsonContainerIsObject(c))
-		return NULL;
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	return findJsonbValueFromContainer(c, JB_FOBJECT, &k);
-}
-
 static char *
 json_get_text(JsonbContainer *c, const char *key)
 {
-	JsonbValue *v = json_get(c, key);
+	JsonbValue *v = OutboxJsonbGet(c, key);
 
 	if (v == NULL || v->type != jbvString)
 		return NULL;
@@ -233,7 +221,7 @@ sqs_classify_entry(JsonbValue *ok, JsonbValue *failed,
 		DeliveryResultSet(result, OUTCOME_ACK, NULL);
 	else if ((entry = json_find_entry(failed, msg->id)) != NULL)
 	{
-		JsonbValue *sender = json_get(entry, "SenderFault");
+		JsonbValue *sender = OutboxJsonbGet(entry, "SenderFault");
 
 		AwsClassifyEntry("SendMessageBatch", json_get_text(entry, "Code"),
 						 json_get_text(entry, "Message"),
@@ -271,8 +259,8 @@ sqs_classify(void *target, const HttpRequest *req, OutboxMessage *const *msgs,
 	}
 
 	/* SendMessageBatch: every entry on its own */
-	ok = json_get(root, "Successful");
-	failed = json_get(root, "Failed");
+	ok = OutboxJsonbGet(root, "Successful");
+	failed = OutboxJsonbGet(root, "Failed");
 	for (int i = 0; i < n; i++)
 		sqs_classify_entry(ok, failed, msgs[i], &results[i]);
 	/* entries missing from the answer are retried by the caller */
