@@ -208,38 +208,46 @@ DECLARE
     r a.rotation;
     nxt int2;
     tbl text;
+    dest text;
+    acked pg_snapshot;
     blocked bool;
+    snaps text[] := '{}';
+    names text[] := '{}';
 BEGIN
     SELECT * INTO r FROM a.rotation;
     IF r.switched_at > now() - every THEN RETURN 'wait'; END IF;
     nxt := (r.slot + 1) % 3;
     tbl := format('a.log_%s', nxt);
-    -- lock first (NOWAIT: never queue behind pg_dump, emit() would queue
-    -- behind us): a writer that commits after the check below cannot exist
+    -- acknowledged-through snapshot per destination, taken before the lock
+    -- (an older one is only more cautious): from_snap of its oldest
+    -- unacknowledged batch, else its position
+    FOR dest IN SELECT name FROM a.destinations LOOP
+        SELECT coalesce(
+                 (SELECT b.from_snap FROM a.batches b
+                   WHERE b.destination = dest
+                     AND b.seq > (SELECT max(k.seq) - 10000 FROM a.acks k WHERE k.destination = dest)
+                     AND NOT EXISTS (SELECT 1 FROM a.acks k WHERE k.destination = dest AND k.seq = b.seq)
+                   ORDER BY b.seq LIMIT 1),
+                 (SELECT b.to_snap FROM a.batches b WHERE b.destination = dest
+                   ORDER BY b.seq DESC LIMIT 1))
+          INTO acked;
+        names := names || dest;
+        snaps := snaps || acked::text;
+    END LOOP;
+    -- lock (NOWAIT: never queue behind pg_dump, emit() and the claims would
+    -- queue behind us), then check: a writer that commits after the check
+    -- cannot exist
     BEGIN
         EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', tbl);
     EXCEPTION WHEN lock_not_available THEN
         RETURN 'locked';
     END;
-    -- acknowledged-through snapshot per destination: from_snap of its
-    -- oldest unacknowledged batch, else its position
-    EXECUTE format($q$
-        SELECT EXISTS (
-          SELECT 1 FROM a.destinations d
-          CROSS JOIN LATERAL (
-            SELECT coalesce(
-              (SELECT b.from_snap FROM a.batches b
-                WHERE b.destination = d.name
-                  AND b.seq > (SELECT max(k.seq) - 10000 FROM a.acks k WHERE k.destination = d.name)
-                  AND NOT EXISTS (SELECT 1 FROM a.acks k WHERE k.destination = d.name AND k.seq = b.seq)
-                ORDER BY b.seq LIMIT 1),
-              (SELECT b.to_snap FROM a.batches b WHERE b.destination = d.name
-                ORDER BY b.seq DESC LIMIT 1)) AS s) AS acked
-          WHERE EXISTS (SELECT 1 FROM %s l WHERE l.destination = d.name
-                          AND NOT pg_visible_in_snapshot(l.xid, acked.s)))$q$, tbl)
-      INTO blocked;
-    IF blocked THEN RETURN 'blocked'; END IF;
-    -- the slot was left two switches ago; its writers must all be gone
+    FOR i IN 1 .. coalesce(array_length(names, 1), 0) LOOP
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s l WHERE l.destination = $1'
+                       ' AND NOT pg_visible_in_snapshot(l.xid, $2::pg_snapshot))', tbl)
+          INTO blocked USING names[i], snaps[i];
+        IF blocked THEN RETURN 'blocked'; END IF;
+    END LOOP;
     EXECUTE format('TRUNCATE %s', tbl);
     UPDATE a.rotation SET slot = nxt, switched_at = now(), switch_xid = pg_current_xact_id();
     RETURN 'rotated';

@@ -134,19 +134,19 @@ BEGIN
     IF r.switched_at > now() - every THEN RETURN 'wait'; END IF;
     nxt := (r.slot + 1) % 3;
     tbl := format('b.log_%s', nxt);
-    -- lock first (NOWAIT: never queue behind pg_dump, emit() would queue
-    -- behind us): a writer that commits after the check below cannot exist
-    BEGIN
-        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', tbl);
-    EXCEPTION WHEN lock_not_available THEN
-        RETURN 'locked';
-    END;
     SELECT k.snap INTO acked FROM b.ticks k
      WHERE k.tick_id = coalesce(
             (SELECT min(c.tick_id) - 1 FROM b.claims c
               WHERE c.tick_id > (SELECT max(d.tick_id) - 10000 FROM b.done d)
                 AND NOT EXISTS (SELECT 1 FROM b.done d WHERE d.tick_id = c.tick_id)),
             (SELECT max(c.tick_id) FROM b.claims c));
+    -- then lock (NOWAIT: never queue behind pg_dump, emit() would queue
+    -- behind us): a writer that commits after the check below cannot exist
+    BEGIN
+        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', tbl);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 'locked';
+    END;
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s l WHERE NOT pg_visible_in_snapshot(l.xid, $1))', tbl)
       INTO blocked USING acked;
     IF blocked THEN RETURN 'blocked'; END IF;

@@ -27,7 +27,7 @@ server CPU of the two relay backends per 1,000 events.
 
 Usage (the database must have outbox_pg installed, see README):
   /usr/bin/python3 store_proto.py "host=/var/tmp/store_proto port=55471 dbname=postgres user=postgres"
-Environment: RATE (500), WARM (60), HOLD (120), AFTER (60), FAIL_PCT (1).
+Environment: RATE (500), WARM (60), HOLD (120), AFTER (90), FAIL_PCT (1).
 """
 import multiprocessing as mp
 import os
@@ -41,7 +41,7 @@ DSN = sys.argv[1] if len(sys.argv) > 1 else "host=/var/tmp/store_proto port=5547
 RATE = int(os.environ.get("RATE", "500"))
 WARM = int(os.environ.get("WARM", "60"))
 HOLD = int(os.environ.get("HOLD", "120"))
-AFTER = int(os.environ.get("AFTER", "60"))
+AFTER = int(os.environ.get("AFTER", "90"))
 FAIL = float(os.environ.get("FAIL_PCT", "1")) / 100.0
 WINDOW = 10
 TOTAL = WARM + HOLD + AFTER
@@ -219,11 +219,16 @@ def relay(design, k, t0, out):
                 cur.execute("SELECT outbox._expire_published('30 s', 5000)")
             elif design == "A":
                 cur.execute("SELECT a.retention('30 s')")
+                res = cur.fetchall()
+                if res[0][0] != "wait":
+                    r.setdefault("ret", []).append(res[0][0])
                 c.commit()
                 cur.execute("SELECT a.recover('d', '30 s')")
             else:
                 cur.execute("SELECT b.retention('30 s')")
-            cur.fetchall()
+            res = cur.fetchall()
+            if design != "base" and res and isinstance(res[0][0], str) and res[0][0] != "wait":
+                r.setdefault("ret", []).append(res[0][0])
             c.commit()
             r["maint_ms"].append((time.perf_counter() - t1) * 1000)
         if not rows:
@@ -252,19 +257,25 @@ def sampler(t0, out):
     c = connect()
     c.autocommit = True
     cur = c.cursor()
+    cur.execute("SET lock_timeout = '200ms'")     # never wait behind a TRUNCATE
     sizes = {}
     while time.time() < t0 + TOTAL:
         time.sleep(max(0, t0 + (window(t0) + 1) * WINDOW - 0.05 - time.time()))
         w = window(t0)
         row = {}
+        row["load"] = float(open("/proc/loadavg").read().split()[0])
         for d in DESIGNS:
+          try:
             cur.execute("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)"
                         "  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
                         " WHERE n.nspname = %s AND c.relkind = 'r'"
                         "   AND (%s <> 'outbox' OR c.relname = 'events')", (SCHEMA[d], SCHEMA[d]))
             row[d] = int(cur.fetchone()[0])
-        cur.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'outbox.events'::regclass")
-        row["base_dead"] = cur.fetchone()[0]
+          except psycopg2.errors.LockNotAvailable:
+            row[d] = None
+        cur.execute("SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables"
+                    " WHERE relid = 'outbox.events'::regclass")
+        row["base_dead"] = cur.fetchone()
         sizes[w] = row
         time.sleep(0.1)
     out.put(("size", None, sizes))
@@ -340,7 +351,7 @@ def main():
             snap = "held" if WARM <= w * WINDOW < WARM + HOLD else "-"
             mean = sum(cm) / len(cm) if cm else float("nan")
             meanr = sum(cmr) / len(cmr) if cmr else float("nan")
-            size = sizes.get(w, {}).get(d, 0) / 1048576
+            size = (sizes.get(w, {}).get(d) or float("nan")) / 1048576
             cpk = cpu * 1000 / rows * 1000 if rows else float("nan")
             print(f"| {w * WINDOW}-{(w + 1) * WINDOW} | {snap} | {d} | {len(cm) / WINDOW:.0f} | {mean:.2f} |"
                   f" {pct(cm, 99):.2f} | {meanr:.2f} | {pct(cmr, 99):.2f} | {rows / WINDOW:.0f} |"
@@ -349,6 +360,10 @@ def main():
     for d in DESIGNS:
         print(f"{d}: emitted {sum(emitted[d].values())}, distinct events claimed (first attempts and"
               f" lease re-sends) {len(ids[d][0])}, claimed twice {ids[d][2]}")
+    for d in ("A", "B"):
+        print(f"{d} retention results:", [(w * WINDOW, x) for w in range(nwin) for rec in relays[d]
+                                            for x in rec.get(w, {}).get("ret", [])])
+    print("load average per window:", [sizes.get(w, {}).get("load") for w in range(nwin)])
     print("base n_dead_tup per window:", [sizes.get(w, {}).get("base_dead") for w in range(nwin)])
 
 
