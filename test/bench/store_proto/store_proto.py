@@ -28,6 +28,9 @@ server CPU of the two relay backends per 1,000 events.
 Usage (the database must have outbox_pg installed, see README):
   /usr/bin/python3 store_proto.py "host=/var/tmp/store_proto port=55471 dbname=postgres user=postgres"
 Environment: RATE (500), WARM (60), HOLD (120), AFTER (90), FAIL_PCT (1).
+MODE=drain instead: DRAIN_EVENTS (20000) emitted up front per store, then two
+relays drain them, stores one after the other, without and then with a
+REPEATABLE READ snapshot held during the drain, DRAIN_ROUNDS (2) rounds.
 """
 import multiprocessing as mp
 import os
@@ -43,6 +46,7 @@ WARM = int(os.environ.get("WARM", "60"))
 HOLD = int(os.environ.get("HOLD", "120"))
 AFTER = int(os.environ.get("AFTER", "90"))
 FAIL = float(os.environ.get("FAIL_PCT", "1")) / 100.0
+DRAIN_IDLE = None
 WINDOW = 10
 TOTAL = WARM + HOLD + AFTER
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -153,7 +157,12 @@ def relay(design, k, t0, out):
                       "retry_ms": [], "maint_ms": [], "recover_ms": [], "cpu0": cpu_seconds(pid)}
         return rec[w]
 
+    first = last = None
+    total_rows = 0
+    idle_since = time.time()
     while time.time() < t0 + TOTAL:
+        if DRAIN_IDLE is not None and time.time() - idle_since > DRAIN_IDLE:
+            break
         r = W()
         # -- claim
         t1 = time.perf_counter()
@@ -170,6 +179,10 @@ def relay(design, k, t0, out):
         now = time.time()
         r["claim_ms"].append(ms)
         if rows:
+            last = time.time()
+            first = first or t1
+            idle_since = last
+            total_rows += len(rows)
             for x in rows:
                 if x[0] in seen:
                     dups += 1
@@ -241,6 +254,8 @@ def relay(design, k, t0, out):
         rec[w]["cpu1"] = rec.get(w + 1, {}).get("cpu0", cpu_seconds(pid))
     out.put(("relay", design, rec))
     out.put(("ids", design, (seen, dups)))
+    if DRAIN_IDLE is not None:
+        out.put(("drain", design, (last, total_rows)))
 
 
 def holder(t0, out):
@@ -283,6 +298,66 @@ def sampler(t0, out):
     out.put(("size", None, sizes))
 
 
+def drain(design, n, held):
+    """n events emitted up front (for B with the ticker running), then two
+    relays of that store alone until both have been idle for 1 s; events/s
+    from the relays' start to the last claim that returned rows."""
+    global FAIL
+    FAIL = 0.0
+    setup()
+    out = mp.Queue()
+    t0 = time.time()
+    tk = None
+    if design == "B":
+        tk = mp.Process(target=ticker, args=(t0, out))
+        tk.start()
+    c = connect()
+    cur = c.cursor()
+    per_tx = 100
+    for i in range(n // per_tx):
+        if design == "base":
+            cur.execute("SELECT count(outbox.emit('bench.event', (random() * 1000)::int::text, %s::jsonb,"
+                        " destination => 'd')) FROM generate_series(1, %s)", (PAYLOAD, per_tx))
+        else:
+            s = SCHEMA[design]
+            cur.execute(f"INSERT INTO {s}.log (slot, id, destination, type, aggregate_id, payload)"
+                        " SELECT 0, gen_random_uuid(), 'd', 'bench.event', (random() * 1000)::int::text,"
+                        " %s::jsonb FROM generate_series(1, %s)", (PAYLOAD, per_tx))
+        c.commit()
+        if design == "B":
+            time.sleep(0.02)       # one tick per emitting transaction: batches of 100
+    c.close()
+    if design == "base":
+        # the lease takes due rows: emitted up front, all are due
+        pass
+    time.sleep(0.5)
+    hold = None
+    if held:
+        hold = connect()
+        hc = hold.cursor()
+        hc.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        hc.execute("SELECT count(*) FROM pg_class")
+        hc.fetchall()
+    t1 = time.time()
+    relays = [mp.Process(target=relay, args=(design, k, t1, out)) for k in range(2)]
+    for p in relays:
+        p.start()
+    got = []
+    for _ in range(2 * 3):
+        got.append(out.get())
+    for p in relays:
+        p.join()
+    if hold:
+        hold.rollback()
+        hold.close()
+    if tk:
+        tk.terminate()
+        tk.join()
+    lasts = [g[2][0] for g in got if g[0] == "drain" and g[2][0]]
+    rows = sum(g[2][1] for g in got if g[0] == "drain")
+    return rows, rows / (max(lasts) - t1)
+
+
 def pct(v, p):
     if not v:
         return float("nan")
@@ -291,6 +366,18 @@ def pct(v, p):
 
 
 def main():
+    if os.environ.get("MODE") == "drain":
+        global DRAIN_IDLE
+        DRAIN_IDLE = 1.0
+        n = int(os.environ.get("DRAIN_EVENTS", "20000"))
+        print(f"drain of {n} events emitted up front, 2 relays, batch 100, without and with a snapshot held during the drain")
+        for rnd in range(int(os.environ.get("DRAIN_ROUNDS", "2"))):
+            for held in (False, True):
+                for d in DESIGNS:
+                    rows, rate = drain(d, n, held)
+                    print(f"round {rnd + 1} {d} {'snapshot held' if held else 'no snapshot'}:"
+                          f" {rows} events claimed, {rate:.0f} ev/s", flush=True)
+        return
     setup()
     out = mp.Queue()
     t0 = time.time() + 1.0
