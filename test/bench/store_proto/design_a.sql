@@ -73,15 +73,19 @@ CREATE FUNCTION a.add_destination(d text) RETURNS void LANGUAGE sql AS $$
 $$;
 
 -- events of d visible in snapshot "upto" and not in "prev": the ones of
--- transactions running at prev (prev's xip, equality probes) and the range
+-- transactions running at prev (prev's xip, one index probe per xid: a
+-- lateral join kept from being flattened (OFFSET 0), because "xid = ANY (ARRAY(SELECT ...))" let the planner
+-- pick a bitmap scan of all the destination's rows -- O(backlog) per claim
+-- -- whenever the slot's statistics were stale, which truncation makes
+-- routine) and the range
 -- [xmax(prev), xmax(upto)) of the (destination, xid) index.  Only live rows
 -- are in that range: no event row is ever updated.
 CREATE FUNCTION a.range_events(d text, prev pg_snapshot, upto pg_snapshot)
 RETURNS SETOF a.log LANGUAGE sql STABLE AS $$
-    SELECT l.* FROM a.log l
-     WHERE l.destination = d
-       AND l.xid = ANY (ARRAY(SELECT pg_snapshot_xip(prev)))
-       AND pg_visible_in_snapshot(l.xid, upto)
+    SELECT l.* FROM pg_snapshot_xip(prev) AS x(xid)
+      CROSS JOIN LATERAL (SELECT * FROM a.log l0
+                           WHERE l0.destination = d AND l0.xid = x.xid OFFSET 0) l
+     WHERE pg_visible_in_snapshot(l.xid, upto)
     UNION ALL
     SELECT l.* FROM a.log l
      WHERE l.destination = d
@@ -112,10 +116,10 @@ BEGIN
     -- the cut: the xid of the (n+1)th candidate in xid order
     SELECT min(c.xid), max(c.xid) FILTER (WHERE c.rn = n + 1) INTO first_xid, lim
       FROM (SELECT r.xid, row_number() OVER (ORDER BY r.xid) AS rn
-              FROM ((SELECT l.xid FROM a.log l
-                      WHERE l.destination = d
-                        AND l.xid = ANY (ARRAY(SELECT pg_snapshot_xip(prev)))
-                        AND pg_visible_in_snapshot(l.xid, cur))
+              FROM ((SELECT l.xid FROM pg_snapshot_xip(prev) AS x(xid)
+                      CROSS JOIN LATERAL (SELECT l0.xid FROM a.log l0
+                                           WHERE l0.destination = d AND l0.xid = x.xid OFFSET 0) l
+                      WHERE pg_visible_in_snapshot(l.xid, cur))
                     UNION ALL
                     (SELECT l.xid FROM a.log l
                       WHERE l.destination = d

@@ -63,9 +63,9 @@ $$;
 
 CREATE FUNCTION b.range_events(prev pg_snapshot, upto pg_snapshot)
 RETURNS SETOF b.log LANGUAGE sql STABLE AS $$
-    SELECT l.* FROM b.log l
-     WHERE l.xid = ANY (ARRAY(SELECT pg_snapshot_xip(prev)))
-       AND pg_visible_in_snapshot(l.xid, upto)
+    SELECT l.* FROM pg_snapshot_xip(prev) AS x(xid)
+      CROSS JOIN LATERAL (SELECT * FROM b.log l0 WHERE l0.xid = x.xid OFFSET 0) l
+     WHERE pg_visible_in_snapshot(l.xid, upto)
     UNION ALL
     SELECT l.* FROM b.log l
      WHERE l.xid >= pg_snapshot_xmax(prev) AND l.xid < pg_snapshot_xmax(upto)
