@@ -28,6 +28,8 @@ server CPU of the two relay backends per 1,000 events.
 Usage (the database must have outbox_pg installed, see README):
   /usr/bin/python3 store_proto.py "host=/var/tmp/store_proto port=55471 dbname=postgres user=postgres"
 Environment: RATE (500), WARM (60), HOLD (120), AFTER (90), FAIL_PCT (1).
+HOLD_READS_LOG=1: the held transaction reads the outbox tables first, as
+pg_dump does, and so keeps ACCESS SHARE locks on them (no TRUNCATE then).
 MODE=drain instead: DRAIN_EVENTS (20000) emitted up front per store, then two
 relays drain them, stores one after the other, without and then with a
 REPEATABLE READ snapshot held during the drain, DRAIN_ROUNDS (2) rounds.
@@ -263,7 +265,13 @@ def holder(t0, out):
     cur = c.cursor()
     time.sleep(max(0, t0 + WARM - time.time()))
     cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-    cur.execute("SELECT count(*) FROM pg_class")   # the snapshot is taken now
+    if os.environ.get("HOLD_READS_LOG"):
+        # like pg_dump: the snapshot's transaction has read the outbox tables
+        # and keeps their ACCESS SHARE locks to the end
+        cur.execute("SELECT (SELECT count(*) FROM outbox.events) + (SELECT count(*) FROM a.log)"
+                    " + (SELECT count(*) FROM b.log)")
+    else:
+        cur.execute("SELECT count(*) FROM pg_class")   # the snapshot is taken now
     cur.fetchall()
     time.sleep(max(0, t0 + WARM + HOLD - time.time()))
     c.rollback()
