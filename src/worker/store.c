@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * store.c
- *		  The relay's statements on outbox.events: lease, ack, retry, dead.
+ *		  The relay's statements on outbox.events: lease, ack, retry, dead;
+ *		  and those of the insert-only store that replaces it (issue #21,
+ *		  README.store): claim, claim ack, claim recovery.
  *
  * Each statement is prepared once per process and kept (SPI_keepplan).
  * The relay calls them directly; outbox._lease(), _ack(), _retry(),
@@ -62,14 +64,17 @@
  */
 #include "postgres.h"
 
+#include "access/transam.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "lib/stringinfo.h"
 #include "nodes/makefuncs.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/xid8.h"
 
 #include "outbox_pg.h"
 #include "worker/worker.h"
@@ -79,6 +84,10 @@ PG_FUNCTION_INFO_V1(outbox_ack);
 PG_FUNCTION_INFO_V1(outbox_retry);
 PG_FUNCTION_INFO_V1(outbox_dead);
 PG_FUNCTION_INFO_V1(outbox_requeue);
+PG_FUNCTION_INFO_V1(outbox__snapshot_cut);
+PG_FUNCTION_INFO_V1(outbox__claim);
+PG_FUNCTION_INFO_V1(outbox__claim_ack);
+PG_FUNCTION_INFO_V1(outbox__claim_recover);
 
 /*
  * The lease.  Plain destinations: due rows in (next_attempt_at, id) order.
@@ -380,4 +389,486 @@ outbox_requeue(PG_FUNCTION_ARGS)
 						 store_all_true(PG_GETARG_DATUM(0)));
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
+}
+
+
+/*
+ * The insert-only store (issue #21, design A of README.store)
+ * ===========================================================
+ *
+ * Events are appended to outbox.log_0..2 and never updated.  A
+ * destination's position is a pg_snapshot: the to_snap of its newest
+ * outbox.batches row.  A claim takes the events whose transactions the
+ * current snapshot shows and the position does not, cut to about
+ * batch_size events at a transaction boundary, and records the range as a
+ * new batches row.  The acknowledgement is one outbox.batch_acks row per
+ * batch; only failed events are written per event (copied to
+ * outbox.retries).  See README.store, section 3.1, for why this is
+ * gap-safe and why no dead index entry lies in what the claim scans.
+ *
+ * The claim is three statements in the caller's transaction:
+ *
+ *	- lock the destination's outbox.streams row (FOR NO KEY UPDATE SKIP
+ *	  LOCKED; NO KEY so that foreign-key checks are not blocked): nothing
+ *	  when another worker is claiming it.  It must be a statement of its
+ *	  own: the next one reads the position with a snapshot taken after the
+ *	  lock was granted, so it sees the batch a claimer that just released
+ *	  the lock committed.  (Read in the same statement, the position could
+ *	  be older than the lock, and two claims would cover the same range.)
+ *	- read the position, the current snapshot and the xids of the first
+ *	  batch_size + 1 candidate events in xid order.  The current snapshot
+ *	  is taken in the statement that reads, so every row it shows is read.
+ *	- compute the cut in C, then read the range's events and INSERT the
+ *	  batch row in one statement (its snapshot is newer than the one the
+ *	  cut was computed from: it sees every row the cut snapshot shows).
+ *
+ * The range read probes prev's xip one xid at a time (a LATERAL subquery
+ * kept unflattened by OFFSET 0) and scans (destination, xid) from
+ * xmax(prev) to xmax(upto).  Do not write the probes as xid = ANY(ARRAY(
+ * subquery)): with stale statistics (routine after a TRUNCATE) the planner
+ * turned that into a bitmap scan of the destination's whole backlog.
+ */
+
+/* The events of $1 shown by snapshot $4 and not by $3 (text parameters). */
+#define STORE_RANGE_SQL \
+"SELECT l.* FROM pg_catalog.pg_snapshot_xip($3::pg_catalog.pg_snapshot) AS q(xid)" \
+"  CROSS JOIN LATERAL (SELECT * FROM outbox.log AS l0" \
+"                       WHERE l0.destination OPERATOR(pg_catalog.=) $1" \
+"                         AND l0.xid OPERATOR(pg_catalog.=) q.xid OFFSET 0) AS l" \
+" WHERE pg_catalog.pg_visible_in_snapshot(l.xid, $4::pg_catalog.pg_snapshot)" \
+" UNION ALL " \
+"SELECT l.* FROM outbox.log AS l" \
+" WHERE l.destination OPERATOR(pg_catalog.=) $1" \
+"   AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmax($3::pg_catalog.pg_snapshot)" \
+"   AND l.xid OPERATOR(pg_catalog.<) pg_catalog.pg_snapshot_xmax($4::pg_catalog.pg_snapshot)" \
+"   AND pg_catalog.pg_visible_in_snapshot(l.xid, $4::pg_catalog.pg_snapshot)"
+
+/*
+ * What a claim returns per event: the columns of the lease (attempts is 1:
+ * a batch is an event's first attempt), then the batch's seq and whether
+ * not_before is still ahead.  ev is the range, b the batch row.
+ */
+#define STORE_EVENT_COLUMNS \
+"SELECT ev.id, ev.type, ev.aggregate_id, ev.payload::pg_catalog.text, ev.headers," \
+"       ev.traceparent," \
+"       pg_catalog.to_char(ev.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')," \
+"       1," \
+"       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) ev.created_at)," \
+"       b.leased_until, b.seq," \
+"       COALESCE(ev.not_before OPERATOR(pg_catalog.>) pg_catalog.now(), false)" \
+"  FROM ev CROSS JOIN b" \
+" ORDER BY ev.xid, ev.id"
+
+static const char *claim_lock_sql =
+"SELECT 1 FROM outbox.streams AS s"
+" WHERE s.destination OPERATOR(pg_catalog.=) $1"
+"   FOR NO KEY UPDATE SKIP LOCKED";
+
+/*
+ * Position, current snapshot and the xids of the first $2 candidates (one
+ * row per candidate event; none: nothing new).
+ */
+static const char *claim_scan_sql =
+"SELECT p.seq, p.to_snap::pg_catalog.text, c.cur::pg_catalog.text, x.xid::pg_catalog.text"
+"  FROM (SELECT b.seq, b.to_snap FROM outbox.batches AS b"
+"         WHERE b.destination OPERATOR(pg_catalog.=) $1"
+"         ORDER BY b.seq DESC LIMIT 1) AS p"
+" CROSS JOIN (SELECT pg_catalog.pg_current_snapshot() AS cur OFFSET 0) AS c"
+" CROSS JOIN LATERAL ("
+"       SELECT r.xid FROM ("
+"           SELECT l.xid FROM pg_catalog.pg_snapshot_xip(p.to_snap) AS q(xid)"
+"             CROSS JOIN LATERAL (SELECT l0.xid FROM outbox.log AS l0"
+"                                  WHERE l0.destination OPERATOR(pg_catalog.=) $1"
+"                                    AND l0.xid OPERATOR(pg_catalog.=) q.xid OFFSET 0) AS l"
+"            WHERE pg_catalog.pg_visible_in_snapshot(l.xid, c.cur)"
+"           UNION ALL"
+"           (SELECT l.xid FROM outbox.log AS l"
+"             WHERE l.destination OPERATOR(pg_catalog.=) $1"
+"               AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmax(p.to_snap)"
+"               AND l.xid OPERATOR(pg_catalog.<) pg_catalog.pg_snapshot_xmax(c.cur)"
+"               AND pg_catalog.pg_visible_in_snapshot(l.xid, c.cur)"
+"             ORDER BY l.xid LIMIT $2)) AS r"
+"        ORDER BY r.xid LIMIT $2) AS x"
+" ORDER BY x.xid";
+
+/* $1 destination, $2 seq, $3 from, $4 to (text), $5 lease */
+static const char *claim_insert_sql =
+"WITH ev AS MATERIALIZED (" STORE_RANGE_SQL "),"
+"     b AS (INSERT INTO outbox.batches AS nb"
+"                  (destination, seq, from_snap, to_snap, leased_until, events,"
+"                   oldest_created_at)"
+"           SELECT $1, $2, $3::pg_catalog.pg_snapshot, $4::pg_catalog.pg_snapshot,"
+"                  pg_catalog.now() OPERATOR(pg_catalog.+) $5,"
+"                  pg_catalog.count(*), pg_catalog.min(ev.created_at) FROM ev"
+"           RETURNING nb.seq, nb.leased_until) "
+STORE_EVENT_COLUMNS;
+
+/*
+ * The acknowledgement of batch $2 of $1, and the copies of its failed
+ * events ($3 ids, $4 due_at, $5 attempts, $6 status, $7 error) when it is
+ * the first: a late acknowledgement of a batch that another worker
+ * claimed again and acknowledged changes nothing.  A batch that does not
+ * exist is not acknowledged.
+ */
+static const char *claim_ack_sql =
+"WITH a AS (INSERT INTO outbox.batch_acks AS k (destination, seq)"
+"           SELECT $1, $2 WHERE EXISTS ("
+"               SELECT 1 FROM outbox.batches AS b"
+"                WHERE b.destination OPERATOR(pg_catalog.=) $1"
+"                  AND b.seq OPERATOR(pg_catalog.=) $2)"
+"           ON CONFLICT DO NOTHING RETURNING k.seq),"
+"     f AS (INSERT INTO outbox.retries AS t"
+"                  (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,"
+"                   destination, ordering_key, created_at, attempts, due_at,"
+"                   last_status, last_error)"
+"           SELECT l.id, l.type, l.aggregate_type, l.aggregate_id, l.payload, l.headers,"
+"                  l.traceparent, l.destination, l.ordering_key, l.created_at,"
+"                  r.attempts, r.due_at, r.status, r.error"
+"             FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4),"
+"                             pg_catalog.unnest($5), pg_catalog.unnest($6),"
+"                             pg_catalog.unnest($7))"
+"                  AS r(id, due_at, attempts, status, error)"
+"             JOIN outbox.log AS l ON l.id OPERATOR(pg_catalog.=) r.id"
+"                                 AND l.destination OPERATOR(pg_catalog.=) $1"
+"            WHERE EXISTS (SELECT 1 FROM a)"
+"           ON CONFLICT (id) DO NOTHING)"
+"SELECT EXISTS (SELECT 1 FROM a)";
+
+/*
+ * The oldest unacknowledged batch of $1 at or above seq $3 whose lease ran
+ * out, leased again for $2.  Run once per lease margin, not per claim.
+ */
+static const char *claim_recover_sql =
+"UPDATE outbox.batches AS b"
+"   SET leased_until = pg_catalog.now() OPERATOR(pg_catalog.+) $2"
+" WHERE b.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+"        SELECT c.ctid FROM outbox.batches AS c"
+"         WHERE c.destination OPERATOR(pg_catalog.=) $1"
+"           AND c.seq OPERATOR(pg_catalog.>=) $3"
+"           AND c.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()"
+"           AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k"
+"                            WHERE k.destination OPERATOR(pg_catalog.=) c.destination"
+"                              AND k.seq OPERATOR(pg_catalog.=) c.seq)"
+"         ORDER BY c.seq LIMIT 1"
+"           FOR UPDATE OF c SKIP LOCKED))"
+" RETURNING b.seq, b.from_snap::pg_catalog.text, b.to_snap::pg_catalog.text";
+
+/* the events of a recovered batch: $1 destination, $2 seq, $3 from, $4 to */
+static const char *claim_reread_sql =
+"WITH ev AS MATERIALIZED (" STORE_RANGE_SQL "),"
+"     b AS (SELECT nb.seq, nb.leased_until FROM outbox.batches AS nb"
+"            WHERE nb.destination OPERATOR(pg_catalog.=) $1"
+"              AND nb.seq OPERATOR(pg_catalog.=) $2) "
+STORE_EVENT_COLUMNS;
+
+static SPIPlanPtr claim_lock_plan = NULL;
+static SPIPlanPtr claim_scan_plan = NULL;
+static SPIPlanPtr claim_insert_plan = NULL;
+static SPIPlanPtr claim_ack_plan = NULL;
+static SPIPlanPtr claim_recover_plan = NULL;
+static SPIPlanPtr claim_reread_plan = NULL;
+
+/*
+ * A pg_snapshot taken apart: xids below xmin and those from xmin up to
+ * xmax that are not in xip are shown; the rest is not.  Kept as the text
+ * form pg_snapshot_in/out use ("xmin:xmax:xip,..."), which is stable
+ * across releases, rather than the type's internal layout, which is not
+ * exported.
+ */
+typedef struct StoreSnapshot
+{
+	uint64		xmin;
+	uint64		xmax;
+	int			nxip;
+	uint64	   *xip;			/* ascending */
+} StoreSnapshot;
+
+static uint64
+store_parse_xid(const char *str, char **end)
+{
+	uint64		v;
+
+	errno = 0;
+	v = strtou64(str, end, 10);
+	if (errno != 0 || *end == str)
+		elog(ERROR, "invalid snapshot or xid from outbox statement: \"%s\"", str);
+	return v;
+}
+
+static void
+store_snapshot_parse(const char *str, StoreSnapshot *s)
+{
+	const char *p = str;
+	char	   *end;
+	int			max = 8;
+
+	s->xmin = store_parse_xid(p, &end);
+	if (*end != ':')
+		elog(ERROR, "invalid snapshot from outbox statement: \"%s\"", str);
+	s->xmax = store_parse_xid(end + 1, &end);
+	if (*end != ':')
+		elog(ERROR, "invalid snapshot from outbox statement: \"%s\"", str);
+	p = end + 1;
+	s->nxip = 0;
+	s->xip = palloc(max * sizeof(uint64));
+	while (*p != '\0')
+	{
+		if (s->nxip == max)
+		{
+			max *= 2;
+			s->xip = repalloc(s->xip, max * sizeof(uint64));
+		}
+		s->xip[s->nxip++] = store_parse_xid(p, &end);
+		if (*end == ',')
+			end++;
+		else if (*end != '\0')
+			elog(ERROR, "invalid snapshot from outbox statement: \"%s\"", str);
+		p = end;
+	}
+}
+
+static char *
+store_snapshot_format(const StoreSnapshot *s)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, UINT64_FORMAT ":" UINT64_FORMAT ":", s->xmin, s->xmax);
+	for (int i = 0; i < s->nxip; i++)
+		appendStringInfo(&buf, "%s" UINT64_FORMAT, i > 0 ? "," : "", s->xip[i]);
+	return buf.data;
+}
+
+/*
+ * Cut s at xid: afterwards it shows what it showed below xid and nothing
+ * from xid on.
+ */
+static void
+store_snapshot_cut(StoreSnapshot *s, uint64 xid)
+{
+	if (xid >= s->xmax)
+		return;
+	s->xmax = xid;
+	if (s->xmin > xid)
+		s->xmin = xid;
+	while (s->nxip > 0 && s->xip[s->nxip - 1] >= xid)
+		s->nxip--;
+}
+
+/* Column col (1-based) of row row of SPI_tuptable, not null, as C text. */
+static char *
+store_text_column(uint64 row, int col)
+{
+	char	   *value = SPI_getvalue(SPI_tuptable->vals[row],
+									 SPI_tuptable->tupdesc, col);
+
+	if (value == NULL)
+		elog(ERROR, "outbox statement returned a null where none can be");
+	return value;
+}
+
+/*
+ * Claim up to about batch_size events of a destination (whole
+ * transactions: more when the first transaction alone has more, fewer
+ * when the cut falls inside one).  The events are left in SPI_tuptable in
+ * the lease's columns, then seq and deferred (see claim_insert_sql);
+ * returns their number, 0 when another worker holds the destination or
+ * nothing is new.  The caller is connected to SPI and commits the batch
+ * row with its transaction.
+ */
+uint64
+OutboxStoreClaim(int batch_size, Interval *lease, const char *destination)
+{
+	Oid			lock_types[1] = {TEXTOID};
+	Oid			scan_types[2] = {TEXTOID, INT4OID};
+	Oid			insert_types[5] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, INTERVALOID};
+	Datum		args[5];
+	uint64		n;
+	int64		seq;
+	char	   *prev_text;
+	StoreSnapshot prev;
+	StoreSnapshot cur;
+
+	Assert(batch_size > 0);
+	args[0] = CStringGetTextDatum(destination);
+	if (store_execute(WorkerKeepPlan(&claim_lock_plan, claim_lock_sql, 1, lock_types),
+					  args, NULL, SPI_OK_SELECT) == 0)
+		return 0;
+
+	args[1] = Int32GetDatum(batch_size + 1);
+	n = store_execute(WorkerKeepPlan(&claim_scan_plan, claim_scan_sql, 2, scan_types),
+					  args, NULL, SPI_OK_SELECT);
+	if (n == 0)
+		return 0;
+
+	seq = (int64) strtoi64(store_text_column(0, 1), NULL, 10);
+	prev_text = store_text_column(0, 2);
+	store_snapshot_parse(prev_text, &prev);
+	store_snapshot_parse(store_text_column(0, 3), &cur);
+
+	/*
+	 * More candidates than batch_size: cut before the transaction of the
+	 * (batch_size + 1)th, but never inside the first transaction (it goes
+	 * whole) and never below prev's xmax (the new position must show all
+	 * prev shows, or the next claim would take those events again).
+	 */
+	if (n > (uint64) batch_size)
+	{
+		uint64		first;
+		uint64		lim;
+		char	   *end;
+
+		first = store_parse_xid(store_text_column(0, 4), &end);
+		lim = store_parse_xid(store_text_column(batch_size, 4), &end);
+		if (lim == first)
+			lim = first + 1;
+		if (lim < prev.xmax)
+			lim = prev.xmax;
+		store_snapshot_cut(&cur, lim);
+	}
+
+	args[1] = Int64GetDatum(seq + 1);
+	args[2] = CStringGetTextDatum(prev_text);
+	args[3] = CStringGetTextDatum(store_snapshot_format(&cur));
+	args[4] = IntervalPGetDatum(lease);
+	return store_execute(WorkerKeepPlan(&claim_insert_plan, claim_insert_sql, 5,
+										insert_types),
+						 args, NULL, SPI_OK_SELECT);
+}
+
+/*
+ * Acknowledge batch seq of a destination; failed (uuid[]) with due_at
+ * (timestamptz[]), attempts and statuses (int4[]) and errors (text[]): the
+ * events to copy to outbox.retries.  True if this call acknowledged the
+ * batch (false: already acknowledged, or no such batch; nothing copied).
+ */
+bool
+OutboxStoreClaimAck(const char *destination, int64 seq, Datum failed,
+					Datum due_at, Datum attempts, Datum statuses, Datum errors)
+{
+	Oid			types[7] = {TEXTOID, INT8OID, UUIDARRAYOID, TIMESTAMPTZARRAYOID,
+							INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+	Datum		args[7] = {CStringGetTextDatum(destination), Int64GetDatum(seq),
+						   failed, due_at, attempts, statuses, errors};
+	bool		isnull;
+	Datum		acked;
+
+	if (store_execute(WorkerKeepPlan(&claim_ack_plan, claim_ack_sql, 7, types),
+					  args, NULL, SPI_OK_SELECT) != 1)
+		elog(ERROR, "outbox acknowledgement returned no row");
+	acked = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return !isnull && DatumGetBool(acked);
+}
+
+/*
+ * Lease again the oldest batch of a destination, at or above low_seq,
+ * whose lease ran out unacknowledged, and read its events again (left in
+ * SPI_tuptable as OutboxStoreClaim leaves them).  0: none.
+ */
+uint64
+OutboxStoreClaimRecover(Interval *lease, const char *destination, int64 low_seq)
+{
+	Oid			recover_types[3] = {TEXTOID, INTERVALOID, INT8OID};
+	Oid			reread_types[4] = {TEXTOID, INT8OID, TEXTOID, TEXTOID};
+	Datum		args[4];
+	int64		seq;
+	char	   *from_text;
+	char	   *to_text;
+
+	args[0] = CStringGetTextDatum(destination);
+	args[1] = IntervalPGetDatum(lease);
+	args[2] = Int64GetDatum(low_seq);
+	if (store_execute(WorkerKeepPlan(&claim_recover_plan, claim_recover_sql, 3,
+									 recover_types),
+					  args, NULL, SPI_OK_UPDATE_RETURNING) == 0)
+		return 0;
+	seq = (int64) strtoi64(store_text_column(0, 1), NULL, 10);
+	from_text = store_text_column(0, 2);
+	to_text = store_text_column(0, 3);
+
+	args[1] = Int64GetDatum(seq);
+	args[2] = CStringGetTextDatum(from_text);
+	args[3] = CStringGetTextDatum(to_text);
+	return store_execute(WorkerKeepPlan(&claim_reread_plan, claim_reread_sql, 4,
+										reread_types),
+						 args, NULL, SPI_OK_SELECT);
+}
+
+/*
+ * SQL wrappers of the insert-only store, for tests.  Internal: not
+ * granted to anyone.
+ */
+Datum
+outbox__snapshot_cut(PG_FUNCTION_ARGS)
+{
+	StoreSnapshot s;
+	char	   *text;
+
+	text = DatumGetCString(DirectFunctionCall1(pg_snapshot_out, PG_GETARG_DATUM(0)));
+	store_snapshot_parse(text, &s);
+	store_snapshot_cut(&s, U64FromFullTransactionId(PG_GETARG_FULLTRANSACTIONID(1)));
+	PG_RETURN_DATUM(DirectFunctionCall1(pg_snapshot_in,
+										CStringGetDatum(store_snapshot_format(&s))));
+}
+
+/* Copy SPI_tuptable's n rows into the caller's materialized result. */
+static void
+store_return_rows(FunctionCallInfo fcinfo, uint64 n, const char *name)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	if (n > 0 && rsinfo->setDesc->natts != SPI_tuptable->tupdesc->natts)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s does not match the outbox_pg library", name),
+				 errhint("Run ALTER EXTENSION outbox_pg UPDATE.")));
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+}
+
+Datum
+outbox__claim(PG_FUNCTION_ARGS)
+{
+	uint64		n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	store_require_args(fcinfo, 3);
+	if (PG_GETARG_INT32(0) <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch size must be positive")));
+	n = OutboxStoreClaim(PG_GETARG_INT32(0), PG_GETARG_INTERVAL_P(1),
+						 text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	store_return_rows(fcinfo, n, "outbox._claim()");
+	SPI_finish();
+	return (Datum) 0;
+}
+
+Datum
+outbox__claim_ack(PG_FUNCTION_ARGS)
+{
+	bool		acked;
+
+	store_require_args(fcinfo, 7);
+	acked = OutboxStoreClaimAck(text_to_cstring(PG_GETARG_TEXT_PP(0)),
+								PG_GETARG_INT64(1), PG_GETARG_DATUM(2),
+								PG_GETARG_DATUM(3), PG_GETARG_DATUM(4),
+								PG_GETARG_DATUM(5), PG_GETARG_DATUM(6));
+	SPI_finish();
+	PG_RETURN_BOOL(acked);
+}
+
+Datum
+outbox__claim_recover(PG_FUNCTION_ARGS)
+{
+	uint64		n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	store_require_args(fcinfo, 3);
+	n = OutboxStoreClaimRecover(PG_GETARG_INTERVAL_P(0),
+								text_to_cstring(PG_GETARG_TEXT_PP(1)),
+								PG_GETARG_INT64(2));
+	store_return_rows(fcinfo, n, "outbox._claim_recover()");
+	SPI_finish();
+	return (Datum) 0;
 }

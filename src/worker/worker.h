@@ -95,6 +95,13 @@ extern uint64 OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses,
 							   Datum errors, Datum leases, Datum give_back);
 extern uint64 OutboxStoreDead(Datum ids, Datum statuses, Datum errors,
 							  Datum leases);
+extern uint64 OutboxStoreClaim(int batch_size, Interval *lease,
+							   const char *destination);
+extern bool OutboxStoreClaimAck(const char *destination, int64 seq,
+								Datum failed, Datum due_at, Datum attempts,
+								Datum statuses, Datum errors);
+extern uint64 OutboxStoreClaimRecover(Interval *lease, const char *destination,
+									  int64 low_seq);
 
 /* version.c */
 extern char *OutboxInstalledVersion(void);

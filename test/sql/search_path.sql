@@ -181,6 +181,16 @@ SELECT outbox.release_aggregate('hp_d', 'a1') AS released;
 SELECT id IS NOT NULL AS leased_second FROM outbox._lease(1, '30 s', 'hp_d');
 SELECT outbox._ack(ARRAY[:'second_id']::pg_catalog.uuid[], ARRAY[200]) AS acked;
 SELECT outbox.wait_published(:'second_id', '0 s') AS published;
+-- the insert-only store (issue #21)
+INSERT INTO outbox.log_0 (id, xid, type, payload, destination, created_at)
+VALUES (pg_catalog.gen_random_uuid(), pg_catalog.pg_current_xact_id(), 'hp.log', '{}', 'hp_d',
+        pg_catalog.now());
+SELECT type, seq AS claimed_seq FROM outbox._claim(10, '0 s', 'hp_d');
+SELECT type, seq AS recovered_seq FROM outbox._claim_recover('30 s', 'hp_d');
+SELECT outbox._claim_ack('hp_d', 1,
+                         ARRAY(SELECT id FROM outbox.log_0 WHERE type OPERATOR(pg_catalog.=) 'hp.log'),
+                         ARRAY[pg_catalog.now()], ARRAY[1], ARRAY[503], ARRAY['unavailable']) AS claim_acked;
+SELECT outbox._snapshot_cut('10:20:12,15', '14') AS cut;
 SELECT outbox._expire_published('0 s', 10) AS expired;
 SELECT pg_catalog.cardinality(reasons) OPERATOR(pg_catalog.>=) 0 AS health FROM outbox.health();
 SELECT pg_catalog.length(outbox.metrics()) OPERATOR(pg_catalog.>) 0 AS metrics;
@@ -248,6 +258,8 @@ RESET track_functions;
 DELETE FROM inbox.messages WHERE id LIKE 'hp-%';
 DELETE FROM inbox.claims WHERE message_id LIKE 'hp-%';
 DELETE FROM outbox.events WHERE type LIKE 'hp.%';
+DELETE FROM outbox.log_0 WHERE type LIKE 'hp.%';
+DELETE FROM outbox.retries WHERE type LIKE 'hp.%';
 DELETE FROM outbox.aggregate_releases WHERE destination = 'hp_d';
 DELETE FROM outbox.routes WHERE pattern = 'hp.*';
 DELETE FROM outbox.destinations WHERE name IN ('hp_d', 'hp_sqs');

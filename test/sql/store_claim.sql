@@ -1,0 +1,107 @@
+--
+-- store_claim: the insert-only store of issue #21 (src/worker/README.store,
+-- section 3.1): claims of a destination's log by snapshot ranges, their
+-- acknowledgement and the recovery of a batch whose lease ran out.  The
+-- events are appended to outbox.log_0 directly: emit() does not write to
+-- the log yet.
+--
+
+-- snapshot arithmetic: a cut shows what the snapshot showed below the
+-- xid and nothing from it on
+SELECT s, x, outbox._snapshot_cut(s::pg_snapshot, x::xid8) AS cut
+  FROM (VALUES ('10:20:12,15', '14'), ('10:20:12,15', '12'), ('10:20:12,15', '5'),
+               ('10:20:12,15', '20'), ('10:20:12,15', '30'), ('10:10:', '10')) AS v(s, x);
+SELECT count(*) FILTER (
+         WHERE pg_visible_in_snapshot(x::text::xid8, outbox._snapshot_cut('10:20:12,15', c::text::xid8))
+               IS DISTINCT FROM
+               (pg_visible_in_snapshot(x::text::xid8, '10:20:12,15') AND x < c)) AS disagreements
+  FROM generate_series(1, 25) AS x, generate_series(1, 25) AS c;
+
+CREATE FUNCTION pg_temp.append(t text, d text DEFAULT 'sc', nb timestamptz DEFAULT NULL)
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO outbox.log_0 (id, xid, type, payload, destination, not_before, created_at)
+    VALUES (gen_random_uuid(), pg_current_xact_id(), t, '{}', d, nb, clock_timestamp());
+$$;
+
+-- a new destination gets a stream whose position hides its own
+-- transaction: an event appended in the same transaction is claimed
+BEGIN;
+INSERT INTO outbox.destinations (name, url) VALUES ('sc', 'http://127.0.0.1:9/sc');
+SELECT pg_temp.append('sc.creating');
+COMMIT;
+INSERT INTO outbox.destinations (name, url) VALUES ('sc_other', 'http://127.0.0.1:9/other');
+SELECT destination FROM outbox.streams WHERE destination LIKE 'sc%' ORDER BY 1;
+SELECT destination, seq, events, from_snap::text = to_snap::text AS empty,
+       EXISTS (SELECT 1 FROM outbox.batch_acks k
+                WHERE k.destination = b.destination AND k.seq = b.seq) AS acked
+  FROM outbox.batches b WHERE destination LIKE 'sc%' ORDER BY 1, 2;
+SELECT type, seq, attempts, deferred, "time" ~ '^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$' AS rfc3339,
+       age >= 0 AS age_ok, leased_until > now() AS leased
+  FROM outbox._claim(10, '1 min', 'sc');
+-- nothing new: no rows and no batch
+SELECT count(*) AS claimed FROM outbox._claim(10, '1 min', 'sc');
+SELECT max(seq) AS newest_seq FROM outbox.batches WHERE destination = 'sc';
+
+-- batches are cut at transaction boundaries: a transaction goes whole,
+-- even past batch_size when it is the first one
+SELECT pg_temp.append('sc.a');
+BEGIN;
+SELECT pg_temp.append('sc.b1');
+SELECT pg_temp.append('sc.b2');
+SELECT pg_temp.append('sc.b3');
+COMMIT;
+SELECT pg_temp.append('sc.c');
+SELECT pg_temp.append('sc.elsewhere', 'sc_other');
+SELECT pg_temp.append('sc.later', nb => now() + interval '1 hour');
+BEGIN;
+SELECT pg_temp.append('sc.rolled_back');
+ROLLBACK;
+SELECT type, seq FROM outbox._claim(1, '1 min', 'sc') ORDER BY type;
+SELECT type, seq FROM outbox._claim(2, '1 min', 'sc') ORDER BY type;
+SELECT type, seq, deferred FROM outbox._claim(10, '1 min', 'sc') ORDER BY type;
+SELECT count(*) AS claimed FROM outbox._claim(10, '1 min', 'sc');
+SELECT type, seq FROM outbox._claim(10, '1 min', 'sc_other');
+-- each batch starts where the one before ended; its count and oldest
+-- event are recorded
+SELECT seq, events, from_snap::text = lag(to_snap::text) OVER (ORDER BY seq) AS chained,
+       oldest_created_at IS NOT NULL AS has_oldest
+  FROM outbox.batches WHERE destination = 'sc' AND seq > 0 ORDER BY seq;
+
+-- the acknowledgement: once per batch; the failures of the first one are
+-- copied to outbox.retries, a late one changes nothing
+SELECT outbox._claim_ack('sc', 1) AS acked, outbox._claim_ack('sc', 1) AS acked_again,
+       outbox._claim_ack('sc', 99) AS no_such_batch;
+SELECT outbox._claim_ack('sc', 3, ARRAY(SELECT id FROM outbox.log_0 WHERE type IN ('sc.b1', 'sc.b3')),
+                         ARRAY[now() + interval '5 s', now() + interval '5 s'], ARRAY[1, 1],
+                         ARRAY[503, 500], ARRAY['unavailable', 'boom']) AS acked;
+SELECT outbox._claim_ack('sc', 3, ARRAY(SELECT id FROM outbox.log_0 WHERE type = 'sc.b2'),
+                         ARRAY[now()], ARRAY[1], ARRAY[503], ARRAY['late']) AS late_ack;
+SELECT type, destination, attempts, due_at > now() AS later, last_status, last_error
+  FROM outbox.retries ORDER BY type;
+
+-- recovery: an unacknowledged batch whose lease ran out is leased again
+-- with the same events; an acknowledged or still leased one is not
+SELECT pg_temp.append('sc.lost');
+SELECT type, seq FROM outbox._claim(10, '0 s', 'sc');
+SELECT type, seq, leased_until > now() AS leased FROM outbox._claim_recover('1 min', 'sc');
+SELECT count(*) AS recovered_again FROM outbox._claim_recover('1 min', 'sc');
+UPDATE outbox.batches SET leased_until = now() - interval '1 s' WHERE destination = 'sc';
+SELECT seq FROM outbox._claim_recover('1 min', 'sc', 5);
+SELECT count(*) AS above_low_seq FROM outbox._claim_recover('1 min', 'sc', 6);
+SELECT DISTINCT seq AS oldest_first FROM outbox._claim_recover('1 min', 'sc');
+SELECT outbox._claim_ack('sc', 2), outbox._claim_ack('sc', 4), outbox._claim_ack('sc', 5),
+       outbox._claim_ack('sc', 6);
+SELECT count(*) AS nothing_unacknowledged FROM outbox._claim_recover('1 min', 'sc');
+
+
+-- errors and edge cases
+SELECT * FROM outbox._claim(0, '1 min', 'sc');
+SELECT * FROM outbox._claim(NULL, '1 min', 'sc');
+SELECT count(*) AS unknown_destination FROM outbox._claim(10, '1 min', 'nowhere');
+
+-- a deleted destination takes its stream, batches and acknowledgements
+DELETE FROM outbox.destinations WHERE name IN ('sc', 'sc_other');
+SELECT (SELECT count(*) FROM outbox.streams WHERE destination LIKE 'sc%') AS streams,
+       (SELECT count(*) FROM outbox.batches WHERE destination LIKE 'sc%') AS batches,
+       (SELECT count(*) FROM outbox.batch_acks WHERE destination LIKE 'sc%') AS acks;
+TRUNCATE outbox.log_0, outbox.retries;
