@@ -106,7 +106,7 @@ REVOKE ALL ON FUNCTION outbox._classify(pg_catalog.text, pg_catalog.int4,
 -- The objects of the append-only store, side by side with outbox.events.
 -- Nothing writes to them yet except the statements of src/worker/store.c
 -- that the SQL wrappers below expose (outbox._claim, _claim_ack,
--- _claim_recover, _snapshot_cut); emit(), the relay, the views and the
+-- _claim_recover, _snapshot_cut, _retries_*); emit(), the relay, the views and the
 -- move of outbox.events' rows follow in the order README.store section 6
 -- gives (see HANDOVER.store.md).
 --
@@ -351,4 +351,47 @@ REVOKE ALL ON FUNCTION outbox._claim_ack(pg_catalog.text, pg_catalog.int8, pg_ca
                                          pg_catalog.int4[], pg_catalog.text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox._claim_recover(pg_catalog.interval, pg_catalog.text, pg_catalog.int8)
     FROM PUBLIC;
+
+-- outbox.retries' statements (src/worker/store.c): the lease, retry and
+-- dead of outbox.events' rows, on the copies (fenced by leased_until the
+-- same way); an acknowledged copy is deleted, a dead one moves to
+-- outbox.dead_events.  Internal, granted to no one.
+CREATE FUNCTION outbox._retries_lease(batch_size pg_catalog.int4, lease pg_catalog.interval,
+                                      destination pg_catalog.text)
+RETURNS TABLE (id pg_catalog.uuid, type pg_catalog.text, aggregate_id pg_catalog.text,
+               payload pg_catalog.text, headers pg_catalog.jsonb, traceparent pg_catalog.text,
+               "time" pg_catalog.text, attempts pg_catalog.int4, age pg_catalog.float8,
+               leased_until pg_catalog.timestamptz)
+AS 'MODULE_PATHNAME', 'outbox__retries_lease'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION outbox._retries_ack(ids pg_catalog.uuid[])
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'outbox__retries_ack'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION outbox._retries_retry(ids pg_catalog.uuid[], next_at pg_catalog.timestamptz[],
+                                      status pg_catalog.int4[], error pg_catalog.text[],
+                                      leases pg_catalog.timestamptz[] DEFAULT NULL,
+                                      give_back pg_catalog.bool[] DEFAULT NULL)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'outbox__retries_retry'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION outbox._retries_dead(ids pg_catalog.uuid[], status pg_catalog.int4[],
+                                     error pg_catalog.text[],
+                                     leases pg_catalog.timestamptz[] DEFAULT NULL)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'outbox__retries_dead'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION outbox._retries_lease(pg_catalog.int4, pg_catalog.interval, pg_catalog.text)
+    FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox._retries_ack(pg_catalog.uuid[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox._retries_retry(pg_catalog.uuid[], pg_catalog.timestamptz[],
+                                             pg_catalog.int4[], pg_catalog.text[],
+                                             pg_catalog.timestamptz[], pg_catalog.bool[])
+    FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox._retries_dead(pg_catalog.uuid[], pg_catalog.int4[], pg_catalog.text[],
+                                            pg_catalog.timestamptz[]) FROM PUBLIC;
 -- end of insert-only store (issue #21)

@@ -65,6 +65,7 @@
 #include "postgres.h"
 
 #include "access/transam.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -88,6 +89,10 @@ PG_FUNCTION_INFO_V1(outbox__snapshot_cut);
 PG_FUNCTION_INFO_V1(outbox__claim);
 PG_FUNCTION_INFO_V1(outbox__claim_ack);
 PG_FUNCTION_INFO_V1(outbox__claim_recover);
+PG_FUNCTION_INFO_V1(outbox__retries_lease);
+PG_FUNCTION_INFO_V1(outbox__retries_ack);
+PG_FUNCTION_INFO_V1(outbox__retries_retry);
+PG_FUNCTION_INFO_V1(outbox__retries_dead);
 
 /*
  * The lease.  Plain destinations: due rows in (next_attempt_at, id) order.
@@ -690,6 +695,15 @@ OutboxStoreClaim(int batch_size, Interval *lease, const char *destination)
 	StoreSnapshot cur;
 
 	Assert(batch_size > 0);
+
+	/*
+	 * The position must be read with a snapshot taken after the stream's
+	 * lock was granted (see above): each statement needs its own snapshot.
+	 */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("an outbox claim must run at isolation level READ COMMITTED")));
 	args[0] = CStringGetTextDatum(destination);
 	if (store_execute(WorkerKeepPlan(&claim_lock_plan, claim_lock_sql, 1, lock_types),
 					  args, NULL, SPI_OK_SELECT) == 0)
@@ -871,4 +885,210 @@ outbox__claim_recover(PG_FUNCTION_ARGS)
 	store_return_rows(fcinfo, n, "outbox._claim_recover()");
 	SPI_finish();
 	return (Datum) 0;
+}
+
+
+/*
+ * outbox.retries: the events that failed or were deferred, leased and
+ * updated in place like 0.2's rows (they are few; see README.store,
+ * section 6, point 8, for the risk that remains).  The statements are
+ * those of outbox.events above, on the copies: the lease takes due rows
+ * by (due_at, id) and, on an ordered destination, only the head of each
+ * aggregate (no earlier copy of the same (destination, ordering_key) in
+ * retries, and under on_dead = 'block' no unreleased earlier dead copy);
+ * retry and dead are fenced by leased_until; a published copy is deleted;
+ * a dead one moves to outbox.dead_events.
+ */
+static const char *retries_lease_sql =
+"UPDATE outbox.retries AS e"
+"   SET attempts = e.attempts OPERATOR(pg_catalog.+) 1,"
+"       leased_until = pg_catalog.now() OPERATOR(pg_catalog.+) $2"
+" WHERE e.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+"        SELECT c.ctid FROM outbox.retries AS c"
+"         WHERE c.destination OPERATOR(pg_catalog.=) $3"
+"           AND c.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+"           AND (c.leased_until IS NULL"
+"                OR c.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())"
+"           AND (NOT (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'"
+"                                                OPERATOR(pg_catalog.=) 'aggregate', false)"
+"                       FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $3)"
+"                OR c.ordering_key IS NULL"
+"                OR (NOT EXISTS ("
+"                       SELECT 1 FROM outbox.retries AS p"
+"                        WHERE p.destination OPERATOR(pg_catalog.=) $3"
+"                          AND p.ordering_key OPERATOR(pg_catalog.=) c.ordering_key"
+"                          AND p.id OPERATOR(pg_catalog.<) c.id)"
+"                    AND (NOT (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'on_dead',"
+"                                                         'block') OPERATOR(pg_catalog.=) 'block'"
+"                                FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $3)"
+"                         OR NOT EXISTS ("
+"                            SELECT 1 FROM outbox.dead_events AS x"
+"                             WHERE x.destination OPERATOR(pg_catalog.=) $3"
+"                               AND x.ordering_key OPERATOR(pg_catalog.=) c.ordering_key"
+"                               AND x.id OPERATOR(pg_catalog.<) c.id"
+"                               AND x.id OPERATOR(pg_catalog.>) COALESCE("
+"                                     (SELECT r.released_through FROM outbox.aggregate_releases AS r"
+"                                       WHERE r.destination OPERATOR(pg_catalog.=) $3"
+"                                         AND r.aggregate_id OPERATOR(pg_catalog.=) c.ordering_key),"
+"                                     '00000000-0000-0000-0000-000000000000'::pg_catalog.uuid)))))"
+"         ORDER BY c.due_at, c.id"
+"         LIMIT $1"
+"           FOR UPDATE OF c SKIP LOCKED))"
+" RETURNING e.id, e.type, e.aggregate_id, e.payload::pg_catalog.text, e.headers,"
+"           e.traceparent,"
+"           pg_catalog.to_char(e.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
+"           e.attempts,"
+"           pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) e.created_at),"
+"           e.leased_until";
+
+/* published: the copy goes (not fenced, as the ack of outbox.events) */
+static const char *retries_ack_sql =
+"DELETE FROM outbox.retries AS e"
+" WHERE e.id OPERATOR(pg_catalog.=) ANY ($1)";
+
+static const char *retries_retry_sql =
+"UPDATE outbox.retries AS e"
+"   SET attempts = CASE WHEN r.give_back"
+"                       THEN GREATEST(e.attempts OPERATOR(pg_catalog.-) 1, 0)"
+"                       ELSE e.attempts END,"
+"       due_at = r.next_at, leased_until = NULL,"
+"       last_status = r.status, last_error = r.error"
+"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+"                  pg_catalog.unnest($3), pg_catalog.unnest($4),"
+"                  pg_catalog.unnest($5), pg_catalog.unnest($6))"
+"       AS r(id, next_at, status, error, lease, give_back)"
+" WHERE e.id OPERATOR(pg_catalog.=) r.id"
+"   AND ($5 IS NULL OR e.leased_until OPERATOR(pg_catalog.=) r.lease)";
+
+static const char *retries_dead_sql =
+"WITH d AS (DELETE FROM outbox.retries AS e"
+"            USING ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+"                             pg_catalog.unnest($3), pg_catalog.unnest($4))"
+"                  AS r(id, status, error, lease)"
+"            WHERE e.id OPERATOR(pg_catalog.=) r.id"
+"              AND ($4 IS NULL OR e.leased_until OPERATOR(pg_catalog.=) r.lease)"
+"            RETURNING e.*, r.status AS dead_status, r.error AS dead_error)"
+"INSERT INTO outbox.dead_events AS x"
+"       (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,"
+"        destination, ordering_key, created_at, attempts, due_at, leased_until,"
+"        last_status, last_error)"
+"SELECT d.id, d.type, d.aggregate_type, d.aggregate_id, d.payload, d.headers,"
+"       d.traceparent, d.destination, d.ordering_key, d.created_at, d.attempts,"
+"       d.due_at, NULL, d.dead_status, d.dead_error"
+"  FROM d"
+"    ON CONFLICT (id) DO NOTHING";
+
+static SPIPlanPtr retries_lease_plan = NULL;
+static SPIPlanPtr retries_ack_plan = NULL;
+static SPIPlanPtr retries_retry_plan = NULL;
+static SPIPlanPtr retries_dead_plan = NULL;
+
+/* As OutboxStoreLease, on outbox.retries. */
+uint64
+OutboxStoreRetriesLease(int batch_size, Interval *lease, const char *destination)
+{
+	Oid			types[3] = {INT4OID, INTERVALOID, TEXTOID};
+	Datum		args[3];
+
+	args[0] = Int32GetDatum(batch_size);
+	args[1] = IntervalPGetDatum(lease);
+	args[2] = CStringGetTextDatum(destination);
+	return store_execute(WorkerKeepPlan(&retries_lease_plan, retries_lease_sql, 3, types),
+						 args, NULL, SPI_OK_UPDATE_RETURNING);
+}
+
+uint64
+OutboxStoreRetriesAck(Datum ids)
+{
+	Oid			types[1] = {UUIDARRAYOID};
+	Datum		args[1] = {ids};
+
+	return store_execute(WorkerKeepPlan(&retries_ack_plan, retries_ack_sql, 1, types),
+						 args, NULL, SPI_OK_DELETE);
+}
+
+/* As OutboxStoreRetry, on outbox.retries. */
+uint64
+OutboxStoreRetriesRetry(Datum ids, Datum next_at, Datum statuses, Datum errors,
+						Datum leases, Datum give_back)
+{
+	Oid			types[6] = {UUIDARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID,
+							TEXTARRAYOID, TIMESTAMPTZARRAYOID, BOOLARRAYOID};
+	Datum		args[6] = {ids, next_at, statuses, errors, leases, give_back};
+	char		nulls[7] = "      ";
+
+	if (leases == (Datum) 0)
+		nulls[4] = 'n';
+	if (give_back == (Datum) 0)
+		nulls[5] = 'n';
+	return store_execute(WorkerKeepPlan(&retries_retry_plan, retries_retry_sql, 6, types),
+						 args, nulls, SPI_OK_UPDATE);
+}
+
+/* As OutboxStoreDead: the copies move to outbox.dead_events. */
+uint64
+OutboxStoreRetriesDead(Datum ids, Datum statuses, Datum errors, Datum leases)
+{
+	Oid			types[4] = {UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
+							TIMESTAMPTZARRAYOID};
+	Datum		args[4] = {ids, statuses, errors, leases};
+
+	return store_execute(WorkerKeepPlan(&retries_dead_plan, retries_dead_sql, 4, types),
+						 args, leases == (Datum) 0 ? "   n" : NULL,
+						 SPI_OK_INSERT);
+}
+
+Datum
+outbox__retries_lease(PG_FUNCTION_ARGS)
+{
+	uint64		n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	store_require_args(fcinfo, 3);
+	if (PG_GETARG_INT32(0) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch size must not be negative")));
+	n = OutboxStoreRetriesLease(PG_GETARG_INT32(0), PG_GETARG_INTERVAL_P(1),
+								text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	store_return_rows(fcinfo, n, "outbox._retries_lease()");
+	SPI_finish();
+	return (Datum) 0;
+}
+
+Datum
+outbox__retries_ack(PG_FUNCTION_ARGS)
+{
+	uint64		n;
+
+	store_require_args(fcinfo, 1);
+	n = OutboxStoreRetriesAck(PG_GETARG_DATUM(0));
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
+}
+
+Datum
+outbox__retries_retry(PG_FUNCTION_ARGS)
+{
+	uint64		n;
+
+	store_require_args(fcinfo, 4);
+	n = OutboxStoreRetriesRetry(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
+								PG_GETARG_DATUM(2), PG_GETARG_DATUM(3),
+								store_leases_arg(fcinfo, 4),
+								store_leases_arg(fcinfo, 5));
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
+}
+
+Datum
+outbox__retries_dead(PG_FUNCTION_ARGS)
+{
+	uint64		n;
+
+	store_require_args(fcinfo, 3);
+	n = OutboxStoreRetriesDead(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
+							   PG_GETARG_DATUM(2), store_leases_arg(fcinfo, 3));
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
 }

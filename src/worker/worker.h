@@ -102,6 +102,14 @@ extern bool OutboxStoreClaimAck(const char *destination, int64 seq,
 								Datum statuses, Datum errors);
 extern uint64 OutboxStoreClaimRecover(Interval *lease, const char *destination,
 									  int64 low_seq);
+extern uint64 OutboxStoreRetriesLease(int batch_size, Interval *lease,
+									  const char *destination);
+extern uint64 OutboxStoreRetriesAck(Datum ids);
+extern uint64 OutboxStoreRetriesRetry(Datum ids, Datum next_at, Datum statuses,
+									  Datum errors, Datum leases,
+									  Datum give_back);
+extern uint64 OutboxStoreRetriesDead(Datum ids, Datum statuses, Datum errors,
+									 Datum leases);
 
 /* version.c */
 extern char *OutboxInstalledVersion(void);

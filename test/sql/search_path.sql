@@ -191,6 +191,13 @@ SELECT outbox._claim_ack('hp_d', 1,
                          ARRAY(SELECT id FROM outbox.log_0 WHERE type OPERATOR(pg_catalog.=) 'hp.log'),
                          ARRAY[pg_catalog.now()], ARRAY[1], ARRAY[503], ARRAY['unavailable']) AS claim_acked;
 SELECT outbox._snapshot_cut('10:20:12,15', '14') AS cut;
+SELECT id IS NOT NULL AS retry_leased FROM outbox._retries_lease(10, '30 s', 'hp_d');
+SELECT outbox._retries_retry(ARRAY(SELECT id FROM outbox.retries WHERE type OPERATOR(pg_catalog.=) 'hp.log'),
+                             ARRAY[pg_catalog.now()], ARRAY[503], ARRAY['unavailable']) AS retry_retried;
+SELECT outbox._retries_dead(ARRAY(SELECT id FROM outbox.retries WHERE type OPERATOR(pg_catalog.=) 'hp.log'),
+                            ARRAY[400], ARRAY['bad request']) AS retry_dead;
+SELECT outbox._retries_ack(ARRAY(SELECT id FROM outbox.dead_events WHERE type OPERATOR(pg_catalog.=) 'hp.log'))
+       AS retry_acked;
 SELECT outbox._expire_published('0 s', 10) AS expired;
 SELECT pg_catalog.cardinality(reasons) OPERATOR(pg_catalog.>=) 0 AS health FROM outbox.health();
 SELECT pg_catalog.length(outbox.metrics()) OPERATOR(pg_catalog.>) 0 AS metrics;
@@ -260,6 +267,7 @@ DELETE FROM inbox.claims WHERE message_id LIKE 'hp-%';
 DELETE FROM outbox.events WHERE type LIKE 'hp.%';
 DELETE FROM outbox.log_0 WHERE type LIKE 'hp.%';
 DELETE FROM outbox.retries WHERE type LIKE 'hp.%';
+DELETE FROM outbox.dead_events WHERE type LIKE 'hp.%';
 DELETE FROM outbox.aggregate_releases WHERE destination = 'hp_d';
 DELETE FROM outbox.routes WHERE pattern = 'hp.*';
 DELETE FROM outbox.destinations WHERE name IN ('hp_d', 'hp_sqs');
