@@ -106,7 +106,7 @@ REVOKE ALL ON FUNCTION outbox._classify(pg_catalog.text, pg_catalog.int4,
 -- The objects of the append-only store, side by side with outbox.events.
 -- Nothing writes to them yet except the statements of src/worker/store.c
 -- that the SQL wrappers below expose (outbox._claim, _claim_ack,
--- _claim_recover, _snapshot_cut, _retries_*); emit(), the relay, the views and the
+-- _claim_recover, _snapshot_cut, _retries_*, _emit_log); emit(), the relay, the views and the
 -- move of outbox.events' rows follow in the order README.store section 6
 -- gives (see HANDOVER.store.md).
 --
@@ -394,4 +394,30 @@ REVOKE ALL ON FUNCTION outbox._retries_retry(pg_catalog.uuid[], pg_catalog.times
     FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox._retries_dead(pg_catalog.uuid[], pg_catalog.int4[], pg_catalog.text[],
                                             pg_catalog.timestamptz[]) FROM PUBLIC;
+
+-- emit() into the log (src/api/emit.c): the same checks, ordering lock and
+-- row as outbox.emit(), inserted into the current slot with the
+-- transaction's xid.  Internal and temporary: the tests use it until
+-- emit() itself writes to the log.  Granted to no one.
+CREATE FUNCTION outbox._emit_log(
+    type            pg_catalog.text,
+    aggregate_id    pg_catalog.text,
+    payload         pg_catalog.jsonb,
+    aggregate_type  pg_catalog.text DEFAULT NULL,
+    destination     pg_catalog.text DEFAULT NULL,
+    headers         pg_catalog.jsonb DEFAULT NULL,
+    traceparent     pg_catalog.text DEFAULT NULL,
+    not_before      pg_catalog.timestamptz DEFAULT NULL)
+RETURNS pg_catalog.uuid
+AS 'MODULE_PATHNAME', 'outbox__emit_log'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION outbox._emit_log(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                                        pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                                        pg_catalog.text, pg_catalog.timestamptz) FROM PUBLIC;
+
+-- emit() caches the current slot per backend; a switch invalidates it
+CREATE TRIGGER rotation_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON outbox.rotation
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._config_changed();
 -- end of insert-only store (issue #21)

@@ -35,6 +35,9 @@
 #define INBOX_MESSAGES_SEQ		"messages_seq"
 #define INBOX_HANDLERS_TABLE	"handlers"
 #define OUTBOX_CREDENTIALS_TABLE "credentials"
+#define OUTBOX_ROTATION_TABLE	"rotation"
+#define OUTBOX_LOG_SLOT_FORMAT	"log_%d"
+#define OUTBOX_LOG_SLOTS		3
 
 /* Limits on identifiers carried in events and claims. */
 #define OUTBOX_MAX_TYPE_LEN		255
@@ -72,6 +75,29 @@ typedef enum OutboxEventColumn
 } OutboxEventColumn;
 
 extern const char *const OutboxEventColumnNames[EV_NATTS + 1];
+
+/*
+ * Columns of the insert-only store's log slots outbox.log_0..2 (issue #21,
+ * src/worker/README.store), in table order; routing.c checks them.
+ */
+typedef enum OutboxLogColumn
+{
+	LOG_ID = 1,
+	LOG_XID,
+	LOG_TYPE,
+	LOG_AGGREGATE_TYPE,
+	LOG_AGGREGATE_ID,
+	LOG_PAYLOAD,
+	LOG_HEADERS,
+	LOG_TRACEPARENT,
+	LOG_DESTINATION,
+	LOG_ORDERING_KEY,
+	LOG_NOT_BEFORE,
+	LOG_CREATED_AT,
+	LOG_NATTS = LOG_CREATED_AT
+} OutboxLogColumn;
+
+extern const char *const OutboxLogColumnNames[LOG_NATTS + 1];
 
 /*
  * Columns of inbox.messages, in table order (inbox.receive() fills them

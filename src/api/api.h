@@ -28,6 +28,10 @@ typedef struct OutboxConfig
 	Oid			messages_relid; /* InvalidOid before 0.2.0 */
 	Oid			messages_seq_relid;	/* likewise */
 	int			events_natts;	/* EV_* columns present (worker/version.c) */
+	/* the insert-only store (issue #21); InvalidOid before its update */
+	Oid			rotation_relid;
+	Oid			log_relids[OUTBOX_LOG_SLOTS];
+	Oid			log_relid;		/* the current slot: emit() inserts here */
 } OutboxConfig;
 
 extern const OutboxConfig *OutboxGetConfig(void);

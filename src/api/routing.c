@@ -88,6 +88,22 @@ const char *const OutboxEventColumnNames[EV_NATTS + 1] = {
 	"ordering_key"
 };
 
+const char *const OutboxLogColumnNames[LOG_NATTS + 1] = {
+	NULL,
+	"id",
+	"xid",
+	"type",
+	"aggregate_type",
+	"aggregate_id",
+	"payload",
+	"headers",
+	"traceparent",
+	"destination",
+	"ordering_key",
+	"not_before",
+	"created_at"
+};
+
 static OutboxRoute *routes = NULL;
 static int	nroutes = 0;
 static char **destination_names = NULL;
@@ -110,6 +126,7 @@ static void config_find_tables(void);
 static void config_check_event_columns(void);
 static void config_load_destinations(Snapshot snapshot);
 static void config_load_routes(Snapshot snapshot);
+static void config_load_rotation(Snapshot snapshot);
 
 PG_FUNCTION_INFO_V1(outbox_config_changed);
 PG_FUNCTION_INFO_V1(outbox_route);
@@ -123,7 +140,11 @@ config_invalidate_callback(Datum arg, Oid relid)
 		relid == config.routes_relid ||
 		relid == config.claims_relid ||
 		relid == config.messages_relid ||
-		relid == config.messages_seq_relid)
+		relid == config.messages_seq_relid ||
+		(OidIsValid(relid) && relid == config.rotation_relid) ||
+		(OidIsValid(relid) && (relid == config.log_relids[0] ||
+							   relid == config.log_relids[1] ||
+							   relid == config.log_relids[2])))
 	{
 		config_valid = false;
 		config_generation++;
@@ -236,6 +257,8 @@ config_load(void)
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	config_load_destinations(snapshot);
 	config_load_routes(snapshot);
+	if (OidIsValid(config.rotation_relid))
+		config_load_rotation(snapshot);
 	UnregisterSnapshot(snapshot);
 
 	/* an invalidation that arrived while we were reading wins */
@@ -280,6 +303,14 @@ config_find_tables(void)
 	config.events_relid = config_relid(nspid, OUTBOX_EVENTS_TABLE);
 	config.destinations_relid = config_relid(nspid, OUTBOX_DESTINATIONS_TABLE);
 	config.routes_relid = config_relid(nspid, OUTBOX_ROUTES_TABLE);
+	config.rotation_relid = get_relname_relid(OUTBOX_ROTATION_TABLE, nspid);
+	for (int i = 0; i < OUTBOX_LOG_SLOTS; i++)
+	{
+		char		name[NAMEDATALEN];
+
+		snprintf(name, sizeof(name), OUTBOX_LOG_SLOT_FORMAT, i);
+		config.log_relids[i] = get_relname_relid(name, nspid);
+	}
 	nspid = get_namespace_oid(INBOX_SCHEMA, true);
 	if (OidIsValid(nspid))
 	{
@@ -496,6 +527,59 @@ OutboxRouteEventType(const char *type)
 			return routes[i].destination;
 	}
 	return NULL;
+}
+
+/*
+ * The insert-only store (issue #21): the slot of outbox.log_N that emit()
+ * inserts into, from outbox.rotation (one row; its statement trigger
+ * invalidates this cache when the rotation switches).  Every slot must
+ * have the LOG_* columns in order.  A backend that has not yet seen a
+ * switch keeps inserting into the slot before it; that is harmless: the
+ * claims read every slot, and retention truncates a slot only under its
+ * ACCESS EXCLUSIVE lock after checking that every row in it is
+ * acknowledged (see README.store, section 3.1, retention).
+ */
+static void
+config_load_rotation(Snapshot snapshot)
+{
+	Relation	rel;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	AttrNumber	att_slot;
+	int			current = -1;
+
+	for (int s = 0; s < OUTBOX_LOG_SLOTS; s++)
+	{
+		if (!OidIsValid(config.log_relids[s]))
+			return;
+		for (int i = 1; i <= LOG_NATTS; i++)
+			if (get_attnum(config.log_relids[s], OutboxLogColumnNames[i]) != i)
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("table \"%s.%s\" does not have the expected columns",
+								OUTBOX_SCHEMA, get_rel_name(config.log_relids[s])),
+						 errdetail("Column %d should be \"%s\".",
+								   i, OutboxLogColumnNames[i]),
+						 errhint("The outbox_pg library and its SQL objects do not match; run ALTER EXTENSION outbox_pg UPDATE.")));
+	}
+
+	rel = table_open(config.rotation_relid, AccessShareLock);
+	att_slot = config_attnum(rel, "slot");
+	slot = table_slot_create(rel, NULL);
+	scan = table_beginscan(rel, snapshot, 0, NULL);
+	if (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		value = slot_getattr(slot, att_slot, &isnull);
+
+		if (!isnull)
+			current = DatumGetInt16(value);
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, AccessShareLock);
+	if (current >= 0 && current < OUTBOX_LOG_SLOTS)
+		config.log_relid = config.log_relids[current];
 }
 
 /*

@@ -94,6 +94,31 @@ SELECT outbox._claim_ack('sc', 2), outbox._claim_ack('sc', 4), outbox._claim_ack
 SELECT count(*) AS nothing_unacknowledged FROM outbox._claim_recover('1 min', 'sc');
 
 
+-- outbox._emit_log(): emit() into the current slot with the transaction's
+-- xid, ordering key on an ordered destination, not_before when ahead
+UPDATE outbox.destinations SET options = '{"ordering": "aggregate"}' WHERE name = 'sc';
+BEGIN;
+SELECT outbox._emit_log('sc.emitted', 'agg-1', '{"n": 1}', destination => 'sc',
+                        headers => '{"x-h": "v"}') IS NOT NULL AS emitted;
+SELECT xid = pg_current_xact_id() AS own_xid, ordering_key, not_before IS NULL AS due,
+       created_at = now() AS created_now, headers
+  FROM outbox.log_0 WHERE type = 'sc.emitted';
+COMMIT;
+SELECT outbox._emit_log('sc.deferred', NULL, '{}', destination => 'sc',
+                        not_before => now() + interval '1 hour') IS NOT NULL AS emitted;
+SELECT outbox._emit_log('sc.past', NULL, '{}', destination => 'sc',
+                        not_before => now() - interval '1 hour') IS NOT NULL AS emitted;
+SELECT type, not_before IS NOT NULL AS has_not_before FROM outbox.log_0
+ WHERE type IN ('sc.deferred', 'sc.past') ORDER BY type;
+-- a switch of the rotation sends the next emit to the new slot; the
+-- claim reads every slot
+UPDATE outbox.rotation SET slot = 1, generation = generation + 1;
+SELECT outbox._emit_log('sc.slot1', NULL, '{}', destination => 'sc') IS NOT NULL AS emitted;
+SELECT count(*) AS in_slot1 FROM outbox.log_1 WHERE type = 'sc.slot1';
+UPDATE outbox.rotation SET slot = 0, generation = generation + 1;
+SELECT type, deferred FROM outbox._claim(10, '1 min', 'sc') ORDER BY type;
+SELECT outbox._emit_log('sc.nowhere', NULL, '{}', destination => 'nowhere');
+
 -- errors and edge cases
 SELECT * FROM outbox._claim(0, '1 min', 'sc');
 SELECT * FROM outbox._claim(NULL, '1 min', 'sc');
@@ -104,4 +129,4 @@ DELETE FROM outbox.destinations WHERE name IN ('sc', 'sc_other');
 SELECT (SELECT count(*) FROM outbox.streams WHERE destination LIKE 'sc%') AS streams,
        (SELECT count(*) FROM outbox.batches WHERE destination LIKE 'sc%') AS batches,
        (SELECT count(*) FROM outbox.batch_acks WHERE destination LIKE 'sc%') AS acks;
-TRUNCATE outbox.log_0, outbox.retries;
+TRUNCATE outbox.log_0, outbox.log_1, outbox.retries;
