@@ -106,7 +106,7 @@ REVOKE ALL ON FUNCTION outbox._classify(pg_catalog.text, pg_catalog.int4,
 -- The objects of the append-only store, side by side with outbox.events.
 -- Nothing writes to them yet except the statements of src/worker/store.c
 -- that the SQL wrappers below expose (outbox._claim, _claim_ack,
--- _claim_recover, _snapshot_cut, _retries_*, _emit_log); emit(), the relay, the views and the
+-- _claim_recover, _snapshot_cut, _retries_*, _emit_log, _rotate_log); emit(), the relay, the views and the
 -- move of outbox.events' rows follow in the order README.store section 6
 -- gives (see HANDOVER.store.md).
 --
@@ -420,4 +420,16 @@ REVOKE ALL ON FUNCTION outbox._emit_log(pg_catalog.text, pg_catalog.text, pg_cat
 CREATE TRIGGER rotation_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON outbox.rotation
     FOR EACH STATEMENT EXECUTE FUNCTION outbox._config_changed();
+
+-- Retention of the log (src/worker/retention.c): when the current slot is
+-- older than every, truncate the next one and make it current, if every
+-- row in it is acknowledged, no writer can still be inside and its lock
+-- comes at once; rows no stream will claim are kept in outbox.retries
+-- first.  Returns what happened.  Internal, granted to no one.
+CREATE FUNCTION outbox._rotate_log(every pg_catalog.interval)
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'outbox__rotate_log'
+LANGUAGE C VOLATILE STRICT;
+
+REVOKE ALL ON FUNCTION outbox._rotate_log(pg_catalog.interval) FROM PUBLIC;
 -- end of insert-only store (issue #21)

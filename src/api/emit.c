@@ -41,6 +41,7 @@
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/parsenodes.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/rel.h"
@@ -158,13 +159,28 @@ emit_event(FunctionCallInfo fcinfo, bool to_log)
 
 	if (to_log)
 	{
-		if (!OidIsValid(cfg->log_relid))
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("the outbox event log is not installed"),
-					 errhint("Run ALTER EXTENSION outbox_pg UPDATE.")));
+		Oid			relid;
+
+		/*
+		 * Lock the slot before trusting the cached choice: acquiring the lock
+		 * reads the invalidations of every committed rotation, so a switch
+		 * that committed before it shows now, and retention's condition (b)
+		 * (see worker/retention.c) covers only writers that locked the slot
+		 * before the switch.
+		 */
+		do
+		{
+			relid = cfg->log_relid;
+			if (!OidIsValid(relid))
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("the outbox event log is not installed"),
+						 errhint("Run ALTER EXTENSION outbox_pg UPDATE.")));
+			LockRelationOid(relid, RowExclusiveLock);
+			cfg = OutboxGetConfig();
+		} while (cfg->log_relid != relid);
 		emit_build_log_row(fcinfo, &ev, id, values, nulls);
-		emit_insert(cfg->log_relid, LOG_NATTS, values, nulls);
+		emit_insert(relid, LOG_NATTS, values, nulls);
 	}
 	else
 	{

@@ -87,6 +87,9 @@ extern void WorkerReportCycleError(WorkerErrorThrottle *throttle,
 /* housekeeping.c */
 extern void WorkerHousekeeping(TimestampTz now, const char *database_name);
 
+/* retention.c (the insert-only store's rotation) */
+extern char *OutboxRotateLog(Interval *every);
+
 /* store.c */
 extern uint64 OutboxStoreLease(int batch_size, Interval *lease,
 							   const char *destination);
