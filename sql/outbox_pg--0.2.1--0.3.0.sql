@@ -106,7 +106,7 @@ REVOKE ALL ON FUNCTION outbox._classify(pg_catalog.text, pg_catalog.int4,
 -- The objects of the append-only store, side by side with outbox.events.
 -- Nothing writes to them yet except the statements of src/worker/store.c
 -- that the SQL wrappers below expose (outbox._claim, _claim_ack,
--- _claim_recover, _snapshot_cut, _retries_*, _emit_log, _rotate_log); emit(), the relay, the views and the
+-- _claim_recover, _snapshot_cut, _retries_*, _emit_log, _rotate_log, _trim_batches); emit(), the relay, the views and the
 -- move of outbox.events' rows follow in the order README.store section 6
 -- gives (see HANDOVER.store.md).
 --
@@ -432,4 +432,14 @@ AS 'MODULE_PATHNAME', 'outbox__rotate_log'
 LANGUAGE C VOLATILE STRICT;
 
 REVOKE ALL ON FUNCTION outbox._rotate_log(pg_catalog.interval) FROM PUBLIC;
+
+-- Delete the batches (and their acknowledgements) below each
+-- destination's oldest unacknowledged batch, else below its position;
+-- returns how many batches went.  Internal, granted to no one.
+CREATE FUNCTION outbox._trim_batches()
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'outbox__trim_batches'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION outbox._trim_batches() FROM PUBLIC;
 -- end of insert-only store (issue #21)

@@ -53,6 +53,7 @@
 
 PG_FUNCTION_INFO_V1(outbox_expire_published);
 PG_FUNCTION_INFO_V1(outbox__rotate_log);
+PG_FUNCTION_INFO_V1(outbox__trim_batches);
 
 static const char *expire_sql =
 "DELETE FROM outbox.events AS e"
@@ -334,4 +335,62 @@ outbox__rotate_log(PG_FUNCTION_ARGS)
 	result = OutboxRotateLog(PG_GETARG_INTERVAL_P(0));
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
+
+/*
+ * The batches a destination no longer needs: those below its oldest
+ * unacknowledged batch (else below its newest one, its position), with
+ * their acknowledgements.  What is kept is what the claim (newest row),
+ * the recovery and retention (unacknowledged rows) read, so their scans
+ * stay short.  Bulk deletes, run with the rotation, not per event.
+ */
+static const char *trim_batches_sql =
+"WITH low AS ("
+"    SELECT s.destination, COALESCE("
+"             (SELECT b.seq FROM outbox.batches AS b"
+"               WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
+"                 AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k"
+"                                  WHERE k.destination OPERATOR(pg_catalog.=) b.destination"
+"                                    AND k.seq OPERATOR(pg_catalog.=) b.seq)"
+"               ORDER BY b.seq LIMIT 1),"
+"             (SELECT b.seq FROM outbox.batches AS b"
+"               WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
+"               ORDER BY b.seq DESC LIMIT 1)) AS seq"
+"      FROM outbox.streams AS s),"
+"     gone AS (DELETE FROM outbox.batches AS b USING low"
+"               WHERE b.destination OPERATOR(pg_catalog.=) low.destination"
+"                 AND b.seq OPERATOR(pg_catalog.<) low.seq"
+"              RETURNING b.seq),"
+"     acks AS (DELETE FROM outbox.batch_acks AS k USING low"
+"               WHERE k.destination OPERATOR(pg_catalog.=) low.destination"
+"                 AND k.seq OPERATOR(pg_catalog.<) low.seq)"
+"SELECT pg_catalog.count(*) FROM gone";
+
+static SPIPlanPtr trim_batches_plan = NULL;
+
+/* Delete the batches no one reads any more; returns how many. */
+int64
+OutboxTrimBatches(void)
+{
+	bool		isnull;
+
+	if (SPI_execute_plan(WorkerKeepPlan(&trim_batches_plan, trim_batches_sql, 0, NULL),
+						 NULL, NULL, false, 0) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "outbox batch trim statement failed");
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* outbox._trim_batches() returns bigint.  Internal: granted to no one. */
+Datum
+outbox__trim_batches(PG_FUNCTION_ARGS)
+{
+	int64		n;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	n = OutboxTrimBatches();
+	SPI_finish();
+	PG_RETURN_INT64(n);
 }

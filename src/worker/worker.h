@@ -89,6 +89,7 @@ extern void WorkerHousekeeping(TimestampTz now, const char *database_name);
 
 /* retention.c (the insert-only store's rotation) */
 extern char *OutboxRotateLog(Interval *every);
+extern int64 OutboxTrimBatches(void);
 
 /* store.c */
 extern uint64 OutboxStoreLease(int batch_size, Interval *lease,

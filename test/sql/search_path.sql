@@ -193,6 +193,7 @@ SELECT outbox._claim_ack('hp_d', 1,
 SELECT outbox._snapshot_cut('10:20:12,15', '14') AS cut;
 SELECT outbox._emit_log('hp.log', 'a1', '{}', destination => 'hp_d') IS NOT NULL AS emitted_to_log;
 SELECT outbox._rotate_log('1 day') AS rotation;
+SELECT outbox._trim_batches() OPERATOR(pg_catalog.>=) 0 AS trimmed;
 SELECT id IS NOT NULL AS retry_leased FROM outbox._retries_lease(10, '30 s', 'hp_d');
 SELECT outbox._retries_retry(ARRAY(SELECT id FROM outbox.retries WHERE type OPERATOR(pg_catalog.=) 'hp.log'),
                              ARRAY[pg_catalog.now()], ARRAY[503], ARRAY['unavailable']) AS retry_retried;

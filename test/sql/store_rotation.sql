@@ -46,6 +46,23 @@ SELECT type, destination, attempts, due_at = created_at AS due_at_emit FROM outb
 SELECT outbox._rotate_log('0 s');
 SELECT slot, (SELECT count(*) FROM outbox.log_1) AS slot1 FROM outbox.rotation;
 
+-- batches: below the oldest unacknowledged one (else the newest) they go
+SELECT outbox._emit_log('rt.d', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
+SELECT DISTINCT seq AS unacked FROM outbox._claim(10, '1 min', 'rt');
+SELECT outbox._emit_log('rt.e', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
+SELECT DISTINCT seq AS batch FROM outbox._claim(10, '1 min', 'rt') \gset
+SELECT outbox._claim_ack('rt', :batch);
+SELECT array_agg(seq ORDER BY seq) AS batches FROM outbox.batches WHERE destination = 'rt';
+SELECT outbox._trim_batches() AS trimmed;
+SELECT array_agg(b.seq ORDER BY b.seq) AS batches, array_agg(k.seq ORDER BY k.seq) AS acks
+  FROM outbox.batches b LEFT JOIN outbox.batch_acks k USING (destination, seq)
+ WHERE destination = 'rt';
+SELECT outbox._claim_ack('rt', 3);
+SELECT outbox._trim_batches() AS trimmed;
+SELECT array_agg(seq ORDER BY seq) AS batches FROM outbox.batches WHERE destination = 'rt';
+SELECT type FROM outbox._claim(10, '1 min', 'rt');
+SELECT outbox._trim_batches() AS nothing_to_trim;
+
 DELETE FROM outbox.destinations WHERE name = 'rt';
 TRUNCATE outbox.log_0, outbox.log_1, outbox.log_2, outbox.retries;
 UPDATE outbox.rotation SET slot = 0;
