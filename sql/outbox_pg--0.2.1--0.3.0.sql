@@ -319,14 +319,18 @@ LANGUAGE C VOLATILE;
 
 -- A batch is done: the acknowledgement row, and (only if this is the
 -- first acknowledgement of the batch) copies of the failed events into
--- outbox.retries, due at due_at with the given attempts, status and error.
--- Returns whether this call acknowledged the batch.
+-- outbox.retries, due at due_at with the given attempts, status and error,
+-- and of the dead ones into outbox.dead_events.  Returns whether this call
+-- acknowledged the batch.
 CREATE FUNCTION outbox._claim_ack(destination pg_catalog.text, seq pg_catalog.int8,
                                   failed pg_catalog.uuid[] DEFAULT '{}',
                                   due_at pg_catalog.timestamptz[] DEFAULT '{}',
                                   attempts pg_catalog.int4[] DEFAULT '{}',
                                   status pg_catalog.int4[] DEFAULT '{}',
-                                  error pg_catalog.text[] DEFAULT '{}')
+                                  error pg_catalog.text[] DEFAULT '{}',
+                                  dead pg_catalog.uuid[] DEFAULT '{}',
+                                  dead_status pg_catalog.int4[] DEFAULT '{}',
+                                  dead_error pg_catalog.text[] DEFAULT '{}')
 RETURNS pg_catalog.bool
 AS 'MODULE_PATHNAME', 'outbox__claim_ack'
 LANGUAGE C VOLATILE;
@@ -348,6 +352,7 @@ REVOKE ALL ON FUNCTION outbox._snapshot_cut(pg_catalog.pg_snapshot, pg_catalog.x
 REVOKE ALL ON FUNCTION outbox._claim(pg_catalog.int4, pg_catalog.interval, pg_catalog.text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox._claim_ack(pg_catalog.text, pg_catalog.int8, pg_catalog.uuid[],
                                          pg_catalog.timestamptz[], pg_catalog.int4[],
+                                         pg_catalog.int4[], pg_catalog.text[], pg_catalog.uuid[],
                                          pg_catalog.int4[], pg_catalog.text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox._claim_recover(pg_catalog.interval, pg_catalog.text, pg_catalog.int8)
     FROM PUBLIC;

@@ -510,10 +510,11 @@ STORE_EVENT_COLUMNS;
 
 /*
  * The acknowledgement of batch $2 of $1, and the copies of its failed
- * events ($3 ids, $4 due_at, $5 attempts, $6 status, $7 error) when it is
- * the first: a late acknowledgement of a batch that another worker
- * claimed again and acknowledged changes nothing.  A batch that does not
- * exist is not acknowledged.
+ * events ($3 ids, $4 due_at, $5 attempts, $6 status, $7 error: to
+ * outbox.retries) and dead ones ($8 ids, $9 status, $10 error: to
+ * outbox.dead_events) when it is the first: a late acknowledgement of a
+ * batch that another worker claimed again and acknowledged changes
+ * nothing.  A batch that does not exist is not acknowledged.
  */
 static const char *claim_ack_sql =
 "WITH a AS (INSERT INTO outbox.batch_acks AS k (destination, seq)"
@@ -533,6 +534,20 @@ static const char *claim_ack_sql =
 "                             pg_catalog.unnest($5), pg_catalog.unnest($6),"
 "                             pg_catalog.unnest($7))"
 "                  AS r(id, due_at, attempts, status, error)"
+"             JOIN outbox.log AS l ON l.id OPERATOR(pg_catalog.=) r.id"
+"                                 AND l.destination OPERATOR(pg_catalog.=) $1"
+"            WHERE EXISTS (SELECT 1 FROM a)"
+"           ON CONFLICT (id) DO NOTHING),"
+"     x AS (INSERT INTO outbox.dead_events AS t"
+"                  (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,"
+"                   destination, ordering_key, created_at, attempts, due_at,"
+"                   last_status, last_error)"
+"           SELECT l.id, l.type, l.aggregate_type, l.aggregate_id, l.payload, l.headers,"
+"                  l.traceparent, l.destination, l.ordering_key, l.created_at,"
+"                  1, pg_catalog.now(), r.status, r.error"
+"             FROM ROWS FROM (pg_catalog.unnest($8), pg_catalog.unnest($9),"
+"                             pg_catalog.unnest($10))"
+"                  AS r(id, status, error)"
 "             JOIN outbox.log AS l ON l.id OPERATOR(pg_catalog.=) r.id"
 "                                 AND l.destination OPERATOR(pg_catalog.=) $1"
 "            WHERE EXISTS (SELECT 1 FROM a)"
@@ -753,21 +768,26 @@ OutboxStoreClaim(int batch_size, Interval *lease, const char *destination)
 /*
  * Acknowledge batch seq of a destination; failed (uuid[]) with due_at
  * (timestamptz[]), attempts and statuses (int4[]) and errors (text[]): the
- * events to copy to outbox.retries.  True if this call acknowledged the
- * batch (false: already acknowledged, or no such batch; nothing copied).
+ * events to copy to outbox.retries; dead (uuid[]) with dead_statuses
+ * (int4[]) and dead_errors (text[]): those to copy to outbox.dead_events.
+ * True if this call acknowledged the batch (false: already acknowledged,
+ * or no such batch; nothing copied).
  */
 bool
 OutboxStoreClaimAck(const char *destination, int64 seq, Datum failed,
-					Datum due_at, Datum attempts, Datum statuses, Datum errors)
+					Datum due_at, Datum attempts, Datum statuses, Datum errors,
+					Datum dead, Datum dead_statuses, Datum dead_errors)
 {
-	Oid			types[7] = {TEXTOID, INT8OID, UUIDARRAYOID, TIMESTAMPTZARRAYOID,
-							INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
-	Datum		args[7] = {CStringGetTextDatum(destination), Int64GetDatum(seq),
-						   failed, due_at, attempts, statuses, errors};
+	Oid			types[10] = {TEXTOID, INT8OID, UUIDARRAYOID, TIMESTAMPTZARRAYOID,
+							 INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
+							 UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+	Datum		args[10] = {CStringGetTextDatum(destination), Int64GetDatum(seq),
+							failed, due_at, attempts, statuses, errors,
+							dead, dead_statuses, dead_errors};
 	bool		isnull;
 	Datum		acked;
 
-	if (store_execute(WorkerKeepPlan(&claim_ack_plan, claim_ack_sql, 7, types),
+	if (store_execute(WorkerKeepPlan(&claim_ack_plan, claim_ack_sql, 10, types),
 					  args, NULL, SPI_OK_SELECT) != 1)
 		elog(ERROR, "outbox acknowledgement returned no row");
 	acked = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -863,11 +883,13 @@ outbox__claim_ack(PG_FUNCTION_ARGS)
 {
 	bool		acked;
 
-	store_require_args(fcinfo, 7);
+	store_require_args(fcinfo, 10);
 	acked = OutboxStoreClaimAck(text_to_cstring(PG_GETARG_TEXT_PP(0)),
 								PG_GETARG_INT64(1), PG_GETARG_DATUM(2),
 								PG_GETARG_DATUM(3), PG_GETARG_DATUM(4),
-								PG_GETARG_DATUM(5), PG_GETARG_DATUM(6));
+								PG_GETARG_DATUM(5), PG_GETARG_DATUM(6),
+								PG_GETARG_DATUM(7), PG_GETARG_DATUM(8),
+								PG_GETARG_DATUM(9));
 	SPI_finish();
 	PG_RETURN_BOOL(acked);
 }

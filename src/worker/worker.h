@@ -103,7 +103,8 @@ extern uint64 OutboxStoreClaim(int batch_size, Interval *lease,
 							   const char *destination);
 extern bool OutboxStoreClaimAck(const char *destination, int64 seq,
 								Datum failed, Datum due_at, Datum attempts,
-								Datum statuses, Datum errors);
+								Datum statuses, Datum errors, Datum dead,
+								Datum dead_statuses, Datum dead_errors);
 extern uint64 OutboxStoreClaimRecover(Interval *lease, const char *destination,
 									  int64 low_seq);
 extern uint64 OutboxStoreRetriesLease(int batch_size, Interval *lease,

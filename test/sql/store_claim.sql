@@ -73,7 +73,11 @@ SELECT outbox._claim_ack('sc', 1) AS acked, outbox._claim_ack('sc', 1) AS acked_
        outbox._claim_ack('sc', 99) AS no_such_batch;
 SELECT outbox._claim_ack('sc', 3, ARRAY(SELECT id FROM outbox.log_0 WHERE type IN ('sc.b1', 'sc.b3')),
                          ARRAY[now() + interval '5 s', now() + interval '5 s'], ARRAY[1, 1],
-                         ARRAY[503, 500], ARRAY['unavailable', 'boom']) AS acked;
+                         ARRAY[503, 500], ARRAY['unavailable', 'boom'],
+                         ARRAY(SELECT id FROM outbox.log_0 WHERE type = 'sc.b2'),
+                         ARRAY[400], ARRAY['rejected']) AS acked;
+SELECT type, destination, attempts, last_status, last_error, died_at IS NOT NULL AS died
+  FROM outbox.dead_events ORDER BY type;
 SELECT outbox._claim_ack('sc', 3, ARRAY(SELECT id FROM outbox.log_0 WHERE type = 'sc.b2'),
                          ARRAY[now()], ARRAY[1], ARRAY[503], ARRAY['late']) AS late_ack;
 SELECT type, destination, attempts, due_at > now() AS later, last_status, last_error
@@ -129,4 +133,4 @@ DELETE FROM outbox.destinations WHERE name IN ('sc', 'sc_other');
 SELECT (SELECT count(*) FROM outbox.streams WHERE destination LIKE 'sc%') AS streams,
        (SELECT count(*) FROM outbox.batches WHERE destination LIKE 'sc%') AS batches,
        (SELECT count(*) FROM outbox.batch_acks WHERE destination LIKE 'sc%') AS acks;
-TRUNCATE outbox.log_0, outbox.log_1, outbox.retries;
+TRUNCATE outbox.log_0, outbox.log_1, outbox.retries, outbox.dead_events;
