@@ -305,15 +305,17 @@ INSERT INTO outbox.batch_acks (destination, seq) SELECT name, 0 FROM outbox.dest
 -- up to about batch_size events of a destination, whole transactions,
 -- that became visible since its position; records the batch and returns
 -- its events with the batch's seq.  Nothing when another worker is
--- claiming the destination or nothing is new.  deferred: not_before is
--- still ahead (the relay copies it to retries).
+-- claiming the destination or nothing is new.  Events whose not_before is
+-- still ahead, and on an ordered destination those behind an earlier
+-- event of their aggregate in outbox.retries (or a dead, unreleased one
+-- under on_dead = 'block'), are copied to outbox.retries instead of being
+-- returned.
 CREATE FUNCTION outbox._claim(batch_size pg_catalog.int4, lease pg_catalog.interval,
                               destination pg_catalog.text)
 RETURNS TABLE (id pg_catalog.uuid, type pg_catalog.text, aggregate_id pg_catalog.text,
                payload pg_catalog.text, headers pg_catalog.jsonb, traceparent pg_catalog.text,
                "time" pg_catalog.text, attempts pg_catalog.int4, age pg_catalog.float8,
-               leased_until pg_catalog.timestamptz, seq pg_catalog.int8,
-               deferred pg_catalog.bool)
+               leased_until pg_catalog.timestamptz, seq pg_catalog.int8)
 AS 'MODULE_PATHNAME', 'outbox__claim'
 LANGUAGE C VOLATILE;
 
@@ -343,8 +345,7 @@ CREATE FUNCTION outbox._claim_recover(lease pg_catalog.interval, destination pg_
 RETURNS TABLE (id pg_catalog.uuid, type pg_catalog.text, aggregate_id pg_catalog.text,
                payload pg_catalog.text, headers pg_catalog.jsonb, traceparent pg_catalog.text,
                "time" pg_catalog.text, attempts pg_catalog.int4, age pg_catalog.float8,
-               leased_until pg_catalog.timestamptz, seq pg_catalog.int8,
-               deferred pg_catalog.bool)
+               leased_until pg_catalog.timestamptz, seq pg_catalog.int8)
 AS 'MODULE_PATHNAME', 'outbox__claim_recover'
 LANGUAGE C VOLATILE;
 

@@ -450,8 +450,9 @@ outbox_requeue(PG_FUNCTION_ARGS)
 
 /*
  * What a claim returns per event: the columns of the lease (attempts is 1:
- * a batch is an event's first attempt), then the batch's seq and whether
- * not_before is still ahead.  ev is the range, b the batch row.
+ * a batch is an event's first attempt), then the batch's seq.  ev is the
+ * range, b the batch row; only the events to send now (f.send) are
+ * returned.
  */
 #define STORE_EVENT_COLUMNS \
 "SELECT ev.id, ev.type, ev.aggregate_id, ev.payload::pg_catalog.text, ev.headers," \
@@ -459,10 +460,50 @@ outbox_requeue(PG_FUNCTION_ARGS)
 "       pg_catalog.to_char(ev.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')," \
 "       1," \
 "       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) ev.created_at)," \
-"       b.leased_until, b.seq," \
-"       COALESCE(ev.not_before OPERATOR(pg_catalog.>) pg_catalog.now(), false)" \
-"  FROM ev CROSS JOIN b" \
+"       b.leased_until, b.seq" \
+"  FROM f AS ev CROSS JOIN b" \
+" WHERE ev.send" \
 " ORDER BY ev.xid, ev.id"
+
+/*
+ * The range's events with what to do with them now: deferred (not_before
+ * still ahead) or held (ordered destination: an earlier event of the
+ * aggregate is in outbox.retries, is deferred in this range, or, under
+ * on_dead = 'block', is dead and not released) events are not sent; the
+ * claim copies them to outbox.retries, whose lease takes each aggregate's
+ * head in order (see retries_lease_sql).  For a plain destination the
+ * ordered flag (an InitPlan, once per claim) short-circuits every probe.
+ */
+#define STORE_FLAGS_SQL \
+"SELECT e.*, NOT (e.deferred OR e.held) AS send FROM (" \
+"  SELECT r.*," \
+"         COALESCE(r.not_before OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS deferred," \
+"         (r.ordering_key IS NOT NULL" \
+"          AND (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'" \
+"                                 OPERATOR(pg_catalog.=) 'aggregate', false)" \
+"                 FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $1)" \
+"          AND (EXISTS (SELECT 1 FROM outbox.retries AS p" \
+"                        WHERE p.destination OPERATOR(pg_catalog.=) $1" \
+"                          AND p.ordering_key OPERATOR(pg_catalog.=) r.ordering_key)" \
+"               OR EXISTS (SELECT 1 FROM ev AS q" \
+"                           WHERE q.ordering_key OPERATOR(pg_catalog.=) r.ordering_key" \
+"                             AND q.id OPERATOR(pg_catalog.<) r.id" \
+"                             AND q.not_before OPERATOR(pg_catalog.>) pg_catalog.now())" \
+"               OR ((SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'on_dead', 'block')" \
+"                                     OPERATOR(pg_catalog.=) 'block'" \
+"                      FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $1)" \
+"                   AND EXISTS (" \
+"                       SELECT 1 FROM outbox.dead_events AS x" \
+"                        WHERE x.destination OPERATOR(pg_catalog.=) $1" \
+"                          AND x.ordering_key OPERATOR(pg_catalog.=) r.ordering_key" \
+"                          AND x.id OPERATOR(pg_catalog.<) r.id" \
+"                          AND x.id OPERATOR(pg_catalog.>) COALESCE(" \
+"                                (SELECT a.released_through FROM outbox.aggregate_releases AS a" \
+"                                  WHERE a.destination OPERATOR(pg_catalog.=) $1" \
+"                                    AND a.aggregate_id OPERATOR(pg_catalog.=) r.ordering_key)," \
+"                                '00000000-0000-0000-0000-000000000000'::pg_catalog.uuid)))))" \
+"           AS held" \
+"    FROM ev AS r) AS e"
 
 static const char *claim_lock_sql =
 "SELECT 1 FROM outbox.streams AS s"
@@ -496,16 +537,30 @@ static const char *claim_scan_sql =
 "        ORDER BY r.xid LIMIT $2) AS x"
 " ORDER BY x.xid";
 
-/* $1 destination, $2 seq, $3 from, $4 to (text), $5 lease */
+/*
+ * $1 destination, $2 seq, $3 from, $4 to (text), $5 lease.  The batch
+ * counts every event of the range; the deferred and held ones are copied
+ * to outbox.retries (attempts 0, due at not_before or now) in the same
+ * statement, so the batch is acknowledged once the returned ones are done.
+ */
 static const char *claim_insert_sql =
 "WITH ev AS MATERIALIZED (" STORE_RANGE_SQL "),"
+"     f AS MATERIALIZED (" STORE_FLAGS_SQL "),"
 "     b AS (INSERT INTO outbox.batches AS nb"
 "                  (destination, seq, from_snap, to_snap, leased_until, events,"
 "                   oldest_created_at)"
 "           SELECT $1, $2, $3::pg_catalog.pg_snapshot, $4::pg_catalog.pg_snapshot,"
 "                  pg_catalog.now() OPERATOR(pg_catalog.+) $5,"
 "                  pg_catalog.count(*), pg_catalog.min(ev.created_at) FROM ev"
-"           RETURNING nb.seq, nb.leased_until) "
+"           RETURNING nb.seq, nb.leased_until),"
+"     k AS (INSERT INTO outbox.retries AS t"
+"                  (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,"
+"                   destination, ordering_key, created_at, attempts, due_at)"
+"           SELECT h.id, h.type, h.aggregate_type, h.aggregate_id, h.payload, h.headers,"
+"                  h.traceparent, h.destination, h.ordering_key, h.created_at, 0,"
+"                  CASE WHEN h.deferred THEN h.not_before ELSE pg_catalog.now() END"
+"             FROM f AS h WHERE NOT h.send"
+"           ON CONFLICT (id) DO NOTHING) "
 STORE_EVENT_COLUMNS;
 
 /*
@@ -573,9 +628,16 @@ static const char *claim_recover_sql =
 "           FOR UPDATE OF c SKIP LOCKED))"
 " RETURNING b.seq, b.from_snap::pg_catalog.text, b.to_snap::pg_catalog.text";
 
-/* the events of a recovered batch: $1 destination, $2 seq, $3 from, $4 to */
+/*
+ * The events of a recovered batch: $1 destination, $2 seq, $3 from, $4 to;
+ * those its claim copied to outbox.retries (deferred, held) are not sent
+ * again.
+ */
 static const char *claim_reread_sql =
 "WITH ev AS MATERIALIZED (" STORE_RANGE_SQL "),"
+"     f AS (SELECT r.*, NOT EXISTS (SELECT 1 FROM outbox.retries AS t"
+"                                    WHERE t.id OPERATOR(pg_catalog.=) r.id) AS send"
+"             FROM ev AS r),"
 "     b AS (SELECT nb.seq, nb.leased_until FROM outbox.batches AS nb"
 "            WHERE nb.destination OPERATOR(pg_catalog.=) $1"
 "              AND nb.seq OPERATOR(pg_catalog.=) $2) "
@@ -691,9 +753,10 @@ store_text_column(uint64 row, int col)
  * Claim up to about batch_size events of a destination (whole
  * transactions: more when the first transaction alone has more, fewer
  * when the cut falls inside one).  The events are left in SPI_tuptable in
- * the lease's columns, then seq and deferred (see claim_insert_sql);
- * returns their number, 0 when another worker holds the destination or
- * nothing is new.  The caller is connected to SPI and commits the batch
+ * the lease's columns, then seq (see claim_insert_sql): only those to send
+ * now; deferred and held ones are in outbox.retries.  Returns their number,
+ * 0 when another worker holds the destination, nothing is new, or nothing
+ * of what is new is to be sent now (a batch row exists then).  The caller is connected to SPI and commits the batch
  * row with its transaction.
  */
 uint64
