@@ -541,7 +541,10 @@ static const char *claim_scan_sql =
  * $1 destination, $2 seq, $3 from, $4 to (text), $5 lease.  The batch
  * counts every event of the range; the deferred and held ones are copied
  * to outbox.retries (attempts 0, due at not_before or now) in the same
- * statement, so the batch is acknowledged once the returned ones are done.
+ * statement, so the batch is acknowledged once the returned ones are done;
+ * a batch with none to send is acknowledged here (nobody else would, and
+ * an unacknowledged batch is recovered again and again and pins the
+ * rotation).
  */
 static const char *claim_insert_sql =
 "WITH ev AS MATERIALIZED (" STORE_RANGE_SQL "),"
@@ -560,7 +563,9 @@ static const char *claim_insert_sql =
 "                  h.traceparent, h.destination, h.ordering_key, h.created_at, 0,"
 "                  CASE WHEN h.deferred THEN h.not_before ELSE pg_catalog.now() END"
 "             FROM f AS h WHERE NOT h.send"
-"           ON CONFLICT (id) DO NOTHING) "
+"           ON CONFLICT (id) DO NOTHING),"
+"     z AS (INSERT INTO outbox.batch_acks (destination, seq)"
+"           SELECT $1, b.seq FROM b WHERE NOT EXISTS (SELECT 1 FROM f WHERE f.send)) "
 STORE_EVENT_COLUMNS;
 
 /*

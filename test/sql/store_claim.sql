@@ -144,6 +144,12 @@ SELECT outbox._emit_log('so.c2', 'C', '{}', destination => 'so') IS NOT NULL AS 
 SELECT type FROM outbox._claim(10, '1 min', 'so') ORDER BY type;
 SELECT type, attempts, due_at > now() AS later FROM outbox.retries
  WHERE destination = 'so' ORDER BY type;
+-- a batch with nothing to send is acknowledged by its claim
+SELECT outbox._emit_log('so.a2b', 'A', '{}', destination => 'so') IS NOT NULL AS emitted;
+SELECT count(*) AS sent FROM outbox._claim(10, '1 min', 'so');
+SELECT b.seq, b.events, k.seq IS NOT NULL AS acked
+  FROM outbox.batches b LEFT JOIN outbox.batch_acks k USING (destination, seq)
+ WHERE destination = 'so' ORDER BY b.seq DESC LIMIT 1;
 -- the retries lease takes the heads only: a1 (c1 is not due)
 SELECT type FROM outbox._retries_lease(10, '1 min', 'so') ORDER BY type;
 -- a recovered batch does not send its held events again
