@@ -217,10 +217,6 @@ relay_start(int slot_index)
 											  get_database_name(MyDatabaseId));
 	CommitTransactionCommand();
 
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_SYSTEM_ERROR),
-				 errmsg("could not initialize libcurl")));
 	relay_http = HttpClientCreate();
 
 	DeliveryInit();
