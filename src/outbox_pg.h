@@ -71,7 +71,6 @@ typedef enum OutboxEventColumn
 	EV_NATTS = EV_ORDERING_KEY
 } OutboxEventColumn;
 
-extern const char *const OutboxEventColumnNames[EV_NATTS + 1];
 
 /*
  * Columns of inbox.messages, in table order (inbox.receive() fills them

@@ -56,6 +56,8 @@
 #include "destination/http.h"
 #include "destination/destination.h"
 
+static bool webhook_decode_secret(const char *secret, StringInfo key);
+
 /* One webhook destination, as load read it. */
 typedef struct WebhookTarget
 {
@@ -106,8 +108,8 @@ add_ce_header(HttpRequest *req, const char *name, const char *value)
 	pfree(line.data);
 }
 
-bool
-OutboxDecodeSigningSecret(const char *secret, StringInfo key)
+static bool
+webhook_decode_secret(const char *secret, StringInfo key)
 {
 	const char *b64 = secret;
 	int			len;
@@ -180,7 +182,7 @@ webhook_load(const DestinationConfig *config)
 	{
 		StringInfo	key = makeStringInfo();
 
-		if (!OutboxDecodeSigningSecret((const char *) lfirst(lc), key))
+		if (!webhook_decode_secret((const char *) lfirst(lc), key))
 			elog(ERROR, "signing secret %d of destination \"%s\" is not valid base64",
 				 foreach_current_index(lc) + 1, config->def->name);
 		t->signing_keys = lappend(t->signing_keys, key);
@@ -342,7 +344,7 @@ webhook_validate(const DestinationDefinition *def)
 		if (secret == NULL)
 			continue;
 		initStringInfo(&key);
-		if (!OutboxDecodeSigningSecret(secret, &key))
+		if (!webhook_decode_secret(secret, &key))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("signing secret %d of destination \"%s\" is not valid base64",
