@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * wake.c
- *		  Wake the relay when a transaction that emitted events commits.
+ *		  Wake the relays when a transaction that emitted events (or changed
+ *		  their destinations) commits.
  *
  * emit() calls OutboxWakeAtCommit(), which sets a backend-local flag and,
  * once per backend, registers a transaction callback.  At

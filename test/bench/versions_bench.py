@@ -170,7 +170,7 @@ def destinations_round(bin_dir, ndest):
         cur.execute("SELECT outbox.emit('bench.kick', 'k', '{}', destination => 'd0')")
         while True:
             cur.execute("SELECT coalesce(sum(published), 0) FROM outbox.workers() WHERE database = 'postgres'")
-            done = cur.fetchone()[0]
+            done = int(cur.fetchone()[0])
             if done >= N + 1 or time.time() - t0 > DRAIN_LIMIT:
                 break
             time.sleep(0.02)
