@@ -944,15 +944,21 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 void
 DeliveryFreeEvent(RelayEvent *ev)
 {
+	LoadedDestination *loaded = ev->loaded;
+
 	Assert(ev->req.easy == NULL);	/* never while curl still uses it */
 	if (ev->probe)				/* gone without a result: let another probe */
 		OutboxCircuitReleaseProbe(ev->dest->stats);
 	ev->dest->in_flight--;
 	total_in_flight--;
 	OutboxDestStatsSetInFlight(ev->dest->stats, RELAY_SLOT_INDEX, ev->dest->in_flight);	/* ops */
-	/* its header list goes with it (http.c's reset callback) */
+
+	/*
+	 * ev lives in its own context: read what is needed of it first.  Its
+	 * header list goes with it (http.c's reset callback).
+	 */
 	MemoryContextDelete(ev->context);
-	delivery_release(ev->loaded);
+	delivery_release(loaded);
 }
 
 /* ---- recording results ---- */
