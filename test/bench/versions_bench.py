@@ -15,7 +15,8 @@ BENCH_DESTINATIONS (e.g. "1,100,1000") measures many destinations instead
 (issue #19): for each count, the relays' CPU while every destination is
 idle (BENCH_IDLE_SECONDS, 10, with the default 1 s poll), then
 BENCH_EVENTS events to one of them and events/s until they are published
-(or BENCH_DRAIN_LIMIT seconds, 120, have passed: then the rate so far).
+(or BENCH_DRAIN_LIMIT seconds, 120, have passed: then the rate so far),
+then the CPU again with every destination paused.
 """
 import os
 import shutil
@@ -176,8 +177,16 @@ def destinations_round(bin_dir, ndest):
             time.sleep(0.02)
         elapsed = time.time() - t0
         cpu = sum(rb.cpu_seconds(p) or 0 for p in pids) - cpu0
+
+        # every destination paused: what is left per poll without lease statements
+        cur.execute("UPDATE outbox.destinations SET paused = true")
+        time.sleep(3)
+        cpu0 = sum(rb.cpu_seconds(p) or 0 for p in pids)
+        t1 = time.time()
+        time.sleep(IDLE_SECONDS)
+        paused = (sum(rb.cpu_seconds(p) or 0 for p in pids) - cpu0) / (time.time() - t1)
         conn.close()
-        return idle, done / elapsed, cpu * 1e6 / max(done, 1), done >= N + 1
+        return idle, done / elapsed, cpu * 1e6 / max(done, 1), done >= N + 1, paused
     finally:
         subprocess.run([f"{bin_dir}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
         subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
@@ -190,13 +199,14 @@ def destinations_main():
         order = BUILDS if rnd % 2 == 0 else BUILDS[::-1]
         for label, bin_dir in order:
             for ndest in DESTINATIONS:
-                idle, eps, cpu, drained = destinations_round(bin_dir, ndest)
+                idle, eps, cpu, drained, paused = destinations_round(bin_dir, ndest)
                 res.setdefault((label, ndest, "idle"), []).append(idle)
+                res.setdefault((label, ndest, "paused"), []).append(paused)
                 res.setdefault((label, ndest, "eps"), []).append(eps)
                 res.setdefault((label, ndest, "cpu"), []).append(cpu)
                 print(f"  round {rnd + 1} {label}: {ndest} destination(s): idle {100 * idle:5.1f} % of a core, "
                       f"{N} events to one {eps:8.0f} events/s{'' if drained else ' (not drained)'}, "
-                      f"{cpu:6.1f} µs CPU/event", file=sys.stderr, flush=True)
+                      f"{cpu:6.1f} µs CPU/event, all paused {100 * paused:5.1f} % of a core", file=sys.stderr, flush=True)
     med = {k: statistics.median(v) for k, v in res.items()}
     (a, _), (b, _) = BUILDS
     print()
@@ -204,12 +214,13 @@ def destinations_main():
           f"{WORKERS} relay workers, poll 1 s, nginx 204 sink; idle CPU over {IDLE_SECONDS} s, all relays")
     print()
     print(f"| destinations | idle CPU {a} | idle CPU {b} | {N} events to one, {a} (events/s) | "
-          f"{b} (events/s) | {b}/{a} | µs CPU/event {a} | {b} |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"{b} (events/s) | {b}/{a} | µs CPU/event {a} | {b} | all paused, CPU {a} | {b} |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for ndest in DESTINATIONS:
         ea, eb = med[(a, ndest, "eps")], med[(b, ndest, "eps")]
         print(f"| {ndest} | {100 * med[(a, ndest, 'idle')]:.1f} % | {100 * med[(b, ndest, 'idle')]:.1f} % | "
-              f"{ea:.0f} | {eb:.0f} | {eb / ea:.2f} | {med[(a, ndest, 'cpu')]:.0f} | {med[(b, ndest, 'cpu')]:.0f} |")
+              f"{ea:.0f} | {eb:.0f} | {eb / ea:.2f} | {med[(a, ndest, 'cpu')]:.0f} | {med[(b, ndest, 'cpu')]:.0f} | "
+              f"{100 * med[(a, ndest, 'paused')]:.1f} % | {100 * med[(b, ndest, 'paused')]:.1f} % |")
 
 
 def main():
