@@ -98,3 +98,17 @@ LANGUAGE C VOLATILE;
 REVOKE ALL ON FUNCTION outbox._classify(pg_catalog.text, pg_catalog.int4,
                                         pg_catalog.text, pg_catalog.text[]) FROM PUBLIC;
 -- end of destination kinds
+
+-- ---------------------------------------------------------------------
+-- relay configuration cache (issue #19): the relays keep the loaded
+-- destinations across lease steps and reload them when a commit changed
+-- outbox.destinations, outbox.credentials or outbox.routes.  The
+-- statement trigger outbox._config_changed() (already on destinations and
+-- routes) flags the transaction; its commit bumps the database's
+-- configuration generation in shared memory and wakes the relays
+-- (src/api/wake.c, src/worker/delivery.c).  Credentials get the trigger
+-- too: a changed key or password must reach the relays at commit.
+CREATE TRIGGER credentials_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON outbox.credentials
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._config_changed();
+-- end of relay configuration cache

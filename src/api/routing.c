@@ -512,6 +512,8 @@ outbox_config_changed(PG_FUNCTION_ARGS)
 				 errmsg("outbox._config_changed() must be called as a trigger")));
 
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	/* and the relays reload their destinations once this commits (wake.c) */
+	OutboxConfigChangedAtCommit();
 	PG_RETURN_POINTER(NULL);
 }
 

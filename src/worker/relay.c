@@ -255,6 +255,7 @@ relay_due_step(void)
 	{
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
+		DeliveryForgetConfig();	/* loaded under the old settings */
 	}
 
 	loop.now = GetCurrentTimestamp();
@@ -301,6 +302,7 @@ relay_lease_step(void)
 
 	relay_set_state(RELAY_WORKING, "leasing events");
 	relay_circuit_recheck_at = 0;	/* DeliveryLease() sets it again */
+	DeliveryCheckConfig();		/* before the transaction's snapshot */
 	begun = relay_begin(&missing);
 	if (!missing && !relay_announced)
 		relay_announce();
@@ -314,6 +316,8 @@ relay_lease_step(void)
 		DeliveryLease(dests, &drained, &loop.leased);
 		relay_commit();
 	}
+	else
+		DeliveryForgetConfig(); /* what is installed may be changing */
 
 	/*
 	 * Without the extension nothing in flight can be recorded (its rows are
