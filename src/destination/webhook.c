@@ -68,22 +68,11 @@ typedef struct WebhookTarget
 	const char *bearer_token;
 } WebhookTarget;
 
-static void
-append_percent_encoded(StringInfo buf, const char *value)
+/* What a CloudEvents binary-mode header value keeps unencoded. */
+static bool
+ce_header_keeps(unsigned char c)
 {
-	static const char hex[] = "0123456789ABCDEF";
-
-	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
-	{
-		if (*p <= 0x20 || *p >= 0x7f || *p == '"' || *p == '%')
-		{
-			appendStringInfoChar(buf, '%');
-			appendStringInfoChar(buf, hex[*p >> 4]);
-			appendStringInfoChar(buf, hex[*p & 0x0f]);
-		}
-		else
-			appendStringInfoChar(buf, (char) *p);
-	}
+	return c > 0x20 && c < 0x7f && c != '"' && c != '%';
 }
 
 /* "name: value", copied by curl */
@@ -103,7 +92,7 @@ add_ce_header(HttpRequest *req, const char *name, const char *value)
 
 	initStringInfo(&line);
 	appendStringInfo(&line, "%s: ", name);
-	append_percent_encoded(&line, value);
+	OutboxAppendPercentEncodedKeeping(&line, value, ce_header_keeps);
 	HttpRequestAddHeader(req, line.data);
 	pfree(line.data);
 }

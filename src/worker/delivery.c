@@ -453,45 +453,41 @@ delivery_report_unusable(const char *name, ErrorData *edata)
 	pfree(slot_error);
 }
 
+/* What delivery_prepare() runs in its subtransaction. */
+typedef struct DeliveryPrepareArgs
+{
+	LoadedDestination *d;
+	const DestinationConfig *config;
+} DeliveryPrepareArgs;
+
+static void
+delivery_validate_and_load(void *arg)
+{
+	DeliveryPrepareArgs *a = arg;
+	MemoryContext old = MemoryContextSwitchTo(a->d->context);
+
+	DestinationValidate(a->config->def);
+	a->d->routine = GetDestinationRoutine(a->config->def->kind);
+	a->d->target = a->d->routine->load(a->config);
+	MemoryContextSwitchTo(old);
+}
+
 /*
- * Validate the definition and have its kind load it, in a subtransaction:
- * false, with the error reported, when either fails.  Allocations go to
- * d->context.
+ * Validate the definition and have its kind load it, in a subtransaction
+ * (step.c): false, with the error reported, when either fails.
+ * Allocations go to d->context.
  */
 static bool
 delivery_prepare(LoadedDestination *d, const DestinationConfig *config)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	volatile bool ok = true;
+	DeliveryPrepareArgs args = {d, config};
+	ErrorData  *edata;
 
-	BeginInternalSubTransaction(NULL);
-	PG_TRY();
-	{
-		MemoryContextSwitchTo(d->context);
-		DestinationValidate(config->def);
-		d->routine = GetDestinationRoutine(config->def->kind);
-		d->target = d->routine->load(config);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		delivery_report_unusable(config->def->name, edata);
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(oldcontext);
-	CurrentResourceOwner = oldowner;
-	return ok;
+	if (WorkerRunInSubtransaction(delivery_validate_and_load, &args, &edata))
+		return true;
+	delivery_report_unusable(config->def->name, edata);
+	FreeErrorData(edata);
+	return false;
 }
 
 /*
