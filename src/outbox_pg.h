@@ -22,7 +22,7 @@
 
 #include "compat.h"
 
-#define OUTBOX_VERSION			"0.3.0"
+#define OUTBOX_VERSION			"0.4.0"
 
 /* Names of the extension's schemas and tables. */
 #define OUTBOX_SCHEMA			"outbox"
@@ -74,7 +74,6 @@ typedef enum OutboxEventColumn
 	EV_NATTS = EV_ORDERING_KEY
 } OutboxEventColumn;
 
-extern const char *const OutboxEventColumnNames[EV_NATTS + 1];
 
 /*
  * Columns of the insert-only store's log slots outbox.log_0..2 (issue #21,

@@ -75,6 +75,8 @@
 #include "peertext.h"
 #include "destination/destination.h"
 
+static PeerSecrets *peer_secrets_copy(const PeerSecrets *secrets);
+
 PG_FUNCTION_INFO_V1(outbox_sanitize_peer_text);
 
 #define PEER_REDACTED		"[redacted]"
@@ -86,7 +88,7 @@ PG_FUNCTION_INFO_V1(outbox_sanitize_peer_text);
  * The redaction forms of one destination, longest first: form i is the
  * text from offsets[i] to offsets[i + 1] of the bytes after the offsets.
  * One chunk, so that every event can keep its own copy cheaply
- * (OutboxPeerSecretsCopy).
+ * (peer_secrets_copy).
  */
 struct PeerSecrets
 {
@@ -471,7 +473,7 @@ OutboxPeerSecrets(const PeerSecretSources *src)
 		if (entry->keylen == key.len && memcmp(entry->key, key.data, key.len) == 0)
 		{
 			pfree(key.data);
-			return OutboxPeerSecretsCopy(entry->secrets);
+			return peer_secrets_copy(entry->secrets);
 		}
 	}
 
@@ -489,7 +491,7 @@ OutboxPeerSecrets(const PeerSecretSources *src)
 	entry = &peer_cache[peer_cache_used];
 	entry->key = pnstrdup(key.data, key.len);
 	entry->keylen = key.len;
-	entry->secrets = OutboxPeerSecretsCopy(secrets);
+	entry->secrets = peer_secrets_copy(secrets);
 	peer_cache_used++;
 	MemoryContextSwitchTo(old);
 	pfree(key.data);
@@ -497,8 +499,8 @@ OutboxPeerSecrets(const PeerSecretSources *src)
 }
 
 /* A copy in the current memory context (NULL stays NULL). */
-PeerSecrets *
-OutboxPeerSecretsCopy(const PeerSecrets *secrets)
+static PeerSecrets *
+peer_secrets_copy(const PeerSecrets *secrets)
 {
 	PeerSecrets *copy;
 

@@ -38,7 +38,6 @@ typedef struct PeerSecretSources
 } PeerSecretSources;
 
 extern PeerSecrets *OutboxPeerSecrets(const PeerSecretSources *src);
-extern PeerSecrets *OutboxPeerSecretsCopy(const PeerSecrets *secrets);
 extern char *OutboxPeerText(const char *data, size_t len, bool truncated,
 							const PeerSecrets *secrets, int max_bytes);
 

@@ -15,7 +15,9 @@
  * commit wake-up (wake.c) reads dboid/procno without the lock: a torn or
  * stale read can only cause a spurious or a missed wake-up, and the poll
  * interval covers a missed one.  Counters are atomics, so a worker never
- * takes the lock per event.
+ * takes the lock per event.  So is each slot's configuration generation,
+ * which a commit that changed the destinations bumps (wake.c) and the
+ * slot's relay compares with the one it loaded (delivery.c).
  *
  * This file owns the library's one pair of shared-memory hooks: the
  * request and startup hooks below also size and attach the destinations'
@@ -76,6 +78,7 @@ outbox_shmem_startup(void)
 			outbox_shared->slots[i].procno = -1;
 			pg_atomic_init_u64(&outbox_shared->slots[i].published, 0);
 			pg_atomic_init_u64(&outbox_shared->slots[i].failed, 0);
+			pg_atomic_init_u64(&outbox_shared->slots[i].config_generation, 0);
 		}
 	}
 	OutboxDestStatsShmemStartup();

@@ -48,6 +48,9 @@ typedef struct RelaySlot
 	char		last_error[OUTBOX_ERROR_LEN];
 	bool		absence_logged; /* "extension not installed" was logged for
 								 * dboid: quiet until the relay finds it */
+	pg_atomic_uint64 config_generation; /* bumped by every commit that
+										 * changed dboid's destinations,
+										 * credentials or routes (wake.c) */
 } RelaySlot;
 
 typedef struct OutboxShared

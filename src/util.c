@@ -44,20 +44,27 @@ OutboxJsonbOption(Jsonb *options, const char *key)
 	return NULL;
 }
 
+/* RFC 3986's unreserved characters: what a form value or path keeps. */
+static bool
+is_unreserved(unsigned char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+		(c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' || c == '~';
+}
+
 /*
- * Append value percent-encoded as RFC 3986 wants it for a form value or a
- * path segment: everything but the unreserved characters becomes %XX.
+ * Append value with every byte keep() refuses written as %XX (upper-case
+ * hex).  Each wire format says which bytes it keeps.
  */
 void
-OutboxAppendPercentEncoded(StringInfo buf, const char *value)
+OutboxAppendPercentEncodedKeeping(StringInfo buf, const char *value,
+								  bool (*keep) (unsigned char c))
 {
 	static const char hex[] = "0123456789ABCDEF";
 
 	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
 	{
-		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-			(*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
-			*p == '.' || *p == '~')
+		if (keep(*p))
 			appendStringInfoChar(buf, (char) *p);
 		else
 		{
@@ -66,6 +73,16 @@ OutboxAppendPercentEncoded(StringInfo buf, const char *value)
 			appendStringInfoChar(buf, hex[*p & 0x0f]);
 		}
 	}
+}
+
+/*
+ * Append value percent-encoded as RFC 3986 wants it for a form value or a
+ * path segment: everything but the unreserved characters becomes %XX.
+ */
+void
+OutboxAppendPercentEncoded(StringInfo buf, const char *value)
+{
+	OutboxAppendPercentEncodedKeeping(buf, value, is_unreserved);
 }
 
 /*

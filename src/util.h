@@ -18,6 +18,8 @@
 #include "utils/jsonb.h"
 
 extern const char *OutboxJsonbOption(Jsonb *options, const char *key);
+extern void OutboxAppendPercentEncodedKeeping(StringInfo buf, const char *value,
+											  bool (*keep) (unsigned char c));
 extern void OutboxAppendPercentEncoded(StringInfo buf, const char *value);
 extern JsonbValue *OutboxJsonbGet(JsonbContainer *container, const char *key);
 extern int64 OutboxUnixMicros(TimestampTz ts);

@@ -43,6 +43,7 @@ extern void OutboxConfigInit(void);
 
 /* wake.c */
 extern void OutboxWakeAtCommit(void);
+extern void OutboxConfigChangedAtCommit(void);
 
 /* validate.c */
 extern void OutboxCheckIdentifier(const char *what, const char *value,

@@ -67,7 +67,7 @@ static OutboxConfig config;
 static bool config_valid = false;
 static uint64 config_generation = 0;
 
-const char *const OutboxEventColumnNames[EV_NATTS + 1] = {
+static const char *const event_column_names[EV_NATTS + 1] = {
 	NULL,
 	"id",
 	"type",
@@ -338,7 +338,7 @@ config_check_event_columns(void)
 	for (int i = 1; i <= EV_NATTS; i++)
 	{
 		AttrNumber	attnum = get_attnum(config.events_relid,
-										OutboxEventColumnNames[i]);
+										event_column_names[i]);
 
 		if (attnum == InvalidAttrNumber && i > EV_LAST_ERROR &&
 			!config_has_live_column(config.events_relid, i))
@@ -350,7 +350,7 @@ config_check_event_columns(void)
 					 errmsg("table \"%s.%s\" does not have the expected columns",
 							OUTBOX_SCHEMA, OUTBOX_EVENTS_TABLE),
 					 errdetail("Column %d should be \"%s\".",
-							   i, OutboxEventColumnNames[i]),
+							   i, event_column_names[i]),
 					 errhint("The outbox_pg library and its SQL objects do not match; run ALTER EXTENSION outbox_pg UPDATE.")));
 	}
 }
@@ -596,6 +596,8 @@ outbox_config_changed(PG_FUNCTION_ARGS)
 				 errmsg("outbox._config_changed() must be called as a trigger")));
 
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	/* and the relays reload their destinations once this commits (wake.c) */
+	OutboxConfigChangedAtCommit();
 	PG_RETURN_POINTER(NULL);
 }
 

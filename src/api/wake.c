@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * wake.c
- *		  Wake the relay when a transaction that emitted events commits.
+ *		  Wake the relays when a transaction that emitted events (or changed
+ *		  their destinations) commits.
  *
  * emit() calls OutboxWakeAtCommit(), which sets a backend-local flag and,
  * once per backend, registers a transaction callback.  At
@@ -16,6 +17,22 @@
  *
  * Events inserted without emit() (COPY, a restore, 2PC committed later by
  * COMMIT PREPARED in another session) are found by the poll.
+ *
+ * The same callback tells the relays that the destinations changed.  The
+ * statement trigger of outbox.destinations, outbox.credentials and
+ * outbox.routes (outbox._config_changed(), routing.c) calls
+ * OutboxConfigChangedAtCommit(); at XACT_EVENT_COMMIT the callback bumps
+ * the configuration generation of every relay slot of this database
+ * (shmem.h) and sets their latches, and each relay reloads its cached
+ * destinations at its next lease step (delivery.c).  The bump must come
+ * after the commit is visible, never before (not at PRE_COMMIT, not in
+ * the trigger): a relay that saw the new generation before the commit
+ * would reload the old rows, record the new generation as loaded and keep
+ * the old configuration until the next change.  A rollback bumps nothing;
+ * a subtransaction rolled back leaves the flag set, which only costs the
+ * relays one reload.  A prepared transaction clears it: its COMMIT
+ * PREPARED runs no callback of ours, and the relays' periodic reload is
+ * the safety net for it, as the poll is for its events.
  *
  * Copyright (c) 2026, outbox_pg developers
  *
@@ -35,12 +52,17 @@
 #include "worker/worker.h"
 
 static bool wake_pending = false;
+static bool config_pending = false;
 static bool wake_callback_registered = false;
+
+static void wake_register_callback(void);
 
 static void
 wake_xact_callback(XactEvent event, void *arg)
 {
 	bool		found = false;
+	bool		wake;
+	bool		config;
 
 	switch (event)
 	{
@@ -51,14 +73,18 @@ wake_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			wake_pending = false;
+			config_pending = false;
 			return;
 		default:
 			return;
 	}
 
-	if (!wake_pending)
+	if (!wake_pending && !config_pending)
 		return;
+	wake = wake_pending;
+	config = config_pending;
 	wake_pending = false;
+	config_pending = false;
 
 	if (outbox_shared == NULL)
 		return;
@@ -67,27 +93,51 @@ wake_xact_callback(XactEvent event, void *arg)
 	{
 		RelaySlot  *slot = &outbox_shared->slots[i];
 
-		if (slot->dboid == MyDatabaseId && slot->pid != 0)
+		if (slot->dboid != MyDatabaseId)
+			continue;
+		/* also a slot whose relay is starting: it loads after this */
+		if (config)
+			pg_atomic_fetch_add_u64(&slot->config_generation, 1);
+		if (slot->pid != 0)
 		{
 			OutboxSetLatchByProcno(slot->procno);
 			found = true;
 		}
 	}
 	/* ask once; the launcher clears the request when it has looked */
-	if (!found && outbox_shared->launcher_wanted_db != MyDatabaseId)
+	if (wake && !found && outbox_shared->launcher_wanted_db != MyDatabaseId)
 	{
 		outbox_shared->launcher_wanted_db = MyDatabaseId;
 		OutboxSetLatchByProcno(outbox_shared->launcher_procno);
 	}
 }
 
-void
-OutboxWakeAtCommit(void)
+/* One callback per backend, for both flags. */
+static void
+wake_register_callback(void)
 {
 	if (!wake_callback_registered)
 	{
 		RegisterXactCallback(wake_xact_callback, NULL);
 		wake_callback_registered = true;
 	}
+}
+
+/* The transaction emitted events: wake the relays when it commits. */
+void
+OutboxWakeAtCommit(void)
+{
+	wake_register_callback();
 	wake_pending = true;
+}
+
+/*
+ * The transaction changed the destinations, their credentials or the
+ * routes: when it commits, have the relays reload them.
+ */
+void
+OutboxConfigChangedAtCommit(void)
+{
+	wake_register_callback();
+	config_pending = true;
 }

@@ -73,6 +73,10 @@
 #include "destination/destination.h"
 #include "destination/aws.h"
 
+static bool aws_error_is_config(const char *code);
+
+static bool aws_error_is_transient(const char *code);
+
 /* Error codes that mean "try again later". */
 static const char *const transient_codes[] = {
 	"Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
@@ -109,14 +113,14 @@ code_in(const char *code, const char *const *list, int n)
 	return false;
 }
 
-bool
-AwsErrorIsTransient(const char *code)
+static bool
+aws_error_is_transient(const char *code)
 {
 	return code_in(code, transient_codes, lengthof(transient_codes));
 }
 
-bool
-AwsErrorIsConfig(const char *code)
+static bool
+aws_error_is_config(const char *code)
 {
 	return code_in(code, config_codes, lengthof(config_codes));
 }
@@ -420,8 +424,8 @@ AwsClassifyError(const HttpRequest *req, const char *code,
 	int			status = req->status;
 
 	if (status >= 500 || status == 408 || status == 429 ||
-		AwsErrorIsTransient(code) ||
-		AwsErrorIsConfig(code) || status == 401 || status == 403)
+		aws_error_is_transient(code) ||
+		aws_error_is_config(code) || status == 401 || status == 403)
 	{
 		outcome = OUTCOME_RETRY;
 		failed = true;
@@ -452,7 +456,7 @@ AwsClassifyEntry(const char *call, const char *code, const char *message,
 {
 	DeliveryOutcome outcome = OUTCOME_RETRY;
 
-	if (sender_fault && !AwsErrorIsTransient(code) && !AwsErrorIsConfig(code))
+	if (sender_fault && !aws_error_is_transient(code) && !aws_error_is_config(code))
 		outcome = OUTCOME_DEAD;
 	DeliveryResultSet(result, outcome,
 					  psprintf("%s entry failed (%s): %s: %s", call,

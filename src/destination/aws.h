@@ -61,8 +61,6 @@ extern void AwsMessageAttributes(const OutboxMessage *msg, AwsAttributes *attrs)
 extern char *AwsGroupId(const AwsTarget *t, const OutboxMessage *msg);
 extern void AwsRequest(const AwsTarget *t, const char *content_type,
 					   const char *target, StringInfo body, HttpRequest *req);
-extern bool AwsErrorIsTransient(const char *code);
-extern bool AwsErrorIsConfig(const char *code);
 extern bool AwsClassifyError(const HttpRequest *req, const char *code,
 							 const char *message, int n,
 							 DeliveryResult *results);

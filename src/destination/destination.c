@@ -33,6 +33,8 @@
 
 PG_FUNCTION_INFO_V1(outbox_classify);
 
+static const char *destination_kind_list(void);
+
 static const DestinationRoutine *const routines[] =
 {
 #define DESTINATION_KIND(name) &name##_routine,
@@ -40,17 +42,9 @@ static const DestinationRoutine *const routines[] =
 #undef DESTINATION_KIND
 };
 
-/* Every kind, in registry order; *n is set to their number. */
-const DestinationRoutine *const *
-DestinationRoutines(int *n)
-{
-	*n = lengthof(routines);
-	return routines;
-}
-
 /* "webhook, sns, sqs, rabbitmq": for hints. */
-const char *
-DestinationKindList(void)
+static const char *
+destination_kind_list(void)
 {
 	StringInfoData buf;
 
@@ -83,7 +77,7 @@ GetDestinationRoutine(const char *kind)
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("unknown destination kind \"%s\"", kind),
-			 errhint("The kinds are: %s.", DestinationKindList())));
+			 errhint("The kinds are: %s.", destination_kind_list())));
 	return NULL;				/* keep compiler quiet */
 }
 

@@ -246,8 +246,6 @@ DeliveryResultSet(DeliveryResult *result, DeliveryOutcome outcome,
 
 /* destination.c */
 extern const DestinationRoutine *GetDestinationRoutine(const char *kind);
-extern const DestinationRoutine *const *DestinationRoutines(int *n);
-extern const char *DestinationKindList(void);
 extern bool DestinationClassify(const DestinationRoutine *routine,
 								void *target, const HttpRequest *req,
 								OutboxMessage *const *msgs, int n,
@@ -279,6 +277,5 @@ extern void DestinationCheckNoQuery(const DestinationDefinition *def,
 									const char *hint);
 
 /* webhook.c */
-extern bool OutboxDecodeSigningSecret(const char *secret, StringInfo key);
 
 #endif							/* OUTBOX_DESTINATION_H */

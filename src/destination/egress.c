@@ -44,6 +44,8 @@
  */
 #include "postgres.h"
 
+#include <curl/curl.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

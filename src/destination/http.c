@@ -39,6 +39,8 @@
  */
 #include "postgres.h"
 
+#include <curl/curl.h>
+
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -202,7 +204,20 @@ http_header_callback(char *data, size_t size, size_t nitems, void *userp)
 HttpClient *
 HttpClientCreate(void)
 {
-	HttpClient *client = palloc0(sizeof(HttpClient));
+	static bool curl_ready = false;
+	HttpClient *client;
+
+	StaticAssertStmt(HTTP_ERROR_SIZE >= CURL_ERROR_SIZE,
+					 "HttpRequest.error must hold a curl error");
+	if (!curl_ready)
+	{
+		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_SYSTEM_ERROR),
+					 errmsg("could not initialize libcurl")));
+		curl_ready = true;
+	}
+	client = palloc0(sizeof(HttpClient));
 
 	client->multi = curl_multi_init();
 	if (client->multi == NULL)

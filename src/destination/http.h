@@ -13,7 +13,6 @@
 #ifndef OUTBOX_HTTP_H
 #define OUTBOX_HTTP_H
 
-#include <curl/curl.h>
 
 #include "utils/memutils.h"
 
@@ -34,6 +33,14 @@ extern bool EgressCheckAddress(const EgressList *list,
 							   char *errbuf, size_t errlen);
 
 /* http.c */
+
+/*
+ * libcurl stays inside http.c: the request carries its handles as opaque
+ * pointers, so nothing that includes this header compiles against curl.
+ */
+struct curl_slist;
+#define HTTP_ERROR_SIZE			256 /* CURL_ERROR_SIZE, checked in http.c */
+
 typedef struct HttpRequest
 {
 	/* set by the caller before HttpClientStart() */
@@ -50,11 +57,11 @@ typedef struct HttpRequest
 	size_t		capture_len;	/* set by http.c */
 
 	/* set by http.c */
-	CURL	   *easy;
+	void	   *easy;			/* the curl easy handle while it runs */
 	MemoryContextCallback free_headers; /* frees headers with their context */
 	int			status;			/* HTTP status, 0 if none */
 	TransportFailure failure;	/* TRANSPORT_OK: status is the answer's */
-	CURLcode	curl_code;
+	int			curl_code;		/* CURLcode, read by http.c only */
 	bool		refused;		/* refused by the allow-list, unsent */
 	bool		egress_by_name; /* host allowed as a name (egress.c) */
 	bool		egress_refused; /* an address was refused at connect */
@@ -65,7 +72,7 @@ typedef struct HttpRequest
 	size_t		response_total;
 	size_t		response_len;
 	char		response[OUTBOX_RESPONSE_PREFIX_LEN];	/* start of the body */
-	char		error[CURL_ERROR_SIZE];
+	char		error[HTTP_ERROR_SIZE];
 	struct HttpRequest *next_done;
 } HttpRequest;
 

@@ -56,6 +56,8 @@
 #include "destination/http.h"
 #include "destination/destination.h"
 
+static bool webhook_decode_secret(const char *secret, StringInfo key);
+
 /* One webhook destination, as load read it. */
 typedef struct WebhookTarget
 {
@@ -66,22 +68,11 @@ typedef struct WebhookTarget
 	const char *bearer_token;
 } WebhookTarget;
 
-static void
-append_percent_encoded(StringInfo buf, const char *value)
+/* What a CloudEvents binary-mode header value keeps unencoded. */
+static bool
+ce_header_keeps(unsigned char c)
 {
-	static const char hex[] = "0123456789ABCDEF";
-
-	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
-	{
-		if (*p <= 0x20 || *p >= 0x7f || *p == '"' || *p == '%')
-		{
-			appendStringInfoChar(buf, '%');
-			appendStringInfoChar(buf, hex[*p >> 4]);
-			appendStringInfoChar(buf, hex[*p & 0x0f]);
-		}
-		else
-			appendStringInfoChar(buf, (char) *p);
-	}
+	return c > 0x20 && c < 0x7f && c != '"' && c != '%';
 }
 
 /* "name: value", copied by curl */
@@ -101,13 +92,13 @@ add_ce_header(HttpRequest *req, const char *name, const char *value)
 
 	initStringInfo(&line);
 	appendStringInfo(&line, "%s: ", name);
-	append_percent_encoded(&line, value);
+	OutboxAppendPercentEncodedKeeping(&line, value, ce_header_keeps);
 	HttpRequestAddHeader(req, line.data);
 	pfree(line.data);
 }
 
-bool
-OutboxDecodeSigningSecret(const char *secret, StringInfo key)
+static bool
+webhook_decode_secret(const char *secret, StringInfo key)
 {
 	const char *b64 = secret;
 	int			len;
@@ -180,7 +171,7 @@ webhook_load(const DestinationConfig *config)
 	{
 		StringInfo	key = makeStringInfo();
 
-		if (!OutboxDecodeSigningSecret((const char *) lfirst(lc), key))
+		if (!webhook_decode_secret((const char *) lfirst(lc), key))
 			elog(ERROR, "signing secret %d of destination \"%s\" is not valid base64",
 				 foreach_current_index(lc) + 1, config->def->name);
 		t->signing_keys = lappend(t->signing_keys, key);
@@ -342,7 +333,7 @@ webhook_validate(const DestinationDefinition *def)
 		if (secret == NULL)
 			continue;
 		initStringInfo(&key);
-		if (!OutboxDecodeSigningSecret(secret, &key))
+		if (!webhook_decode_secret(secret, &key))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("signing secret %d of destination \"%s\" is not valid base64",

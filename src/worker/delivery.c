@@ -10,13 +10,38 @@
  * Every kind is driven the same way, through its DestinationRoutine
  * (destination/destination.h); nothing here knows a kind by name.
  *
- *	- Load: each lease step reads outbox.destinations, checks every row
- *	  with DestinationValidate() and has its kind load it, both inside a
- *	  subtransaction: a row that fails is skipped for this step (its events
- *	  stay pending), with a WARNING at most once a minute per destination
- *	  and the reason in the relay's slot; the other destinations go on.
- *	  What a step loads lives in its own memory context (LoadedDestination)
- *	  for as long as the step's cycle or any event leased with it.
+ *	- Load: the relay reads outbox.destinations (with their credentials),
+ *	  checks every row with DestinationValidate() and has its kind load it,
+ *	  both inside a subtransaction: a row that fails is skipped until the
+ *	  next load (its events stay pending), with a WARNING at most once a
+ *	  minute per destination and the reason in the relay's slot; the other
+ *	  destinations go on.  Each destination loaded lives in its own memory
+ *	  context (LoadedDestination), reference-counted: the cache holds one
+ *	  reference and every event leased with it one more, so an event leased
+ *	  before a reload keeps its old target until it is recorded.
+ *	- The cache: what was loaded is kept across lease steps, so a lease
+ *	  step costs no SPI, no validation and no allocation per destination,
+ *	  and a paused or circuit-open destination costs nothing at all.  It is
+ *	  loaded again only when (1) the configuration generation of the
+ *	  relay's slot moved: a commit that changed outbox.destinations,
+ *	  outbox.credentials or outbox.routes bumps it and wakes the relays
+ *	  (wake.c), so a change takes effect at the next lease step, well
+ *	  within one poll; (2) the relay's previous step was skipped (extension
+ *	  being updated, dropped or of another version: relay.c), or it reread
+ *	  the server configuration; (3) as a safety net, when the cache is
+ *	  older than outbox.poll_interval, CONFIG_RELOAD_MIN_MS and
+ *	  CONFIG_RELOAD_FACTOR times what the last load took, whichever is
+ *	  longest.  The safety net covers the changes no commit of ours
+ *	  announces: COMMIT PREPARED of a prepared transaction, and rows
+ *	  written with the triggers off (session_replication_role = replica,
+ *	  as logical replication applies them).  Those used to take effect at
+ *	  the next lease step; they now take effect within a poll, or 10 s
+ *	  when the poll is shorter.  A load costs about 10 us per destination
+ *	  (validation, the kind's load, a subtransaction; measured with 1,000),
+ *	  so a reload at every short poll, or every lease step under load,
+ *	  would bring back what the cache saves; 10 s keeps it small, and the
+ *	  factor keeps it under 1 % of a core with tens of thousands of
+ *	  destinations (a load that takes 0.5 s is redone after 50 s).
  *	- Build: leased events become OutboxMessages.  A message the kind
  *	  rejects (can never be sent) is decided dead before sending and
  *	  completes without a request.  The others go to build_request in
@@ -69,6 +94,8 @@
 
 #define RETRY_AFTER_MAX_MS		3600000
 #define UNUSABLE_LOG_INTERVAL_MS	60000
+#define CONFIG_RELOAD_MIN_MS	10000	/* the safety net's floor (see above) */
+#define CONFIG_RELOAD_FACTOR	100 /* ... and its cost's ceiling: 1 % */
 
 /* Per-destination state that outlives a cycle; hash entry keyed by name. */
 typedef struct RelayDestination
@@ -78,7 +105,7 @@ typedef struct RelayDestination
 
 	DestStats  *stats;			/* ops: statistics and the circuit (deststats.c) */
 
-	/* configuration, refreshed at every lease step */
+	/* configuration, refreshed at every load */
 	bool		paused;
 	int			max_concurrency;
 	int			circuit_threshold;	/* 0: no circuit breaker */
@@ -88,15 +115,15 @@ typedef struct RelayDestination
 } RelayDestination;
 
 /*
- * One destination as a lease step loaded it: its row, its kind and the
- * kind's target.  In its own memory context, which goes when the step's
- * cycle and every event leased with it are done (refs).
+ * One destination as the relay loaded it: its row, its kind and the kind's
+ * target.  In its own memory context, which goes when the cache has
+ * dropped it and every event leased with it is done (refs).
  */
 typedef struct LoadedDestination
 {
 	MemoryContext context;
-	int			refs;			/* the cycle's, and one per event */
-	MemoryContextCallback cycle_end;	/* drops the cycle's reference */
+	int			refs;			/* the cache's, and one per event */
+	RelayDestination *dest;		/* its persistent state */
 	const DestinationRoutine *routine;
 	void	   *target;			/* the kind's (routine->load) */
 	char	   *name;
@@ -154,6 +181,20 @@ typedef struct RecordRows
 /* Per-destination state, keyed by name; lives as long as the process. */
 static HTAB *destinations = NULL;
 
+/*
+ * The cache of loaded destinations (LoadedDestination, one reference each)
+ * and what it was loaded for.  The list lives in config_context, the
+ * parent of every LoadedDestination's context.
+ */
+static MemoryContext config_context = NULL;
+static List *config_loaded = NIL;
+static bool config_valid = false;
+static uint64 config_generation = 0;	/* of the slot, when loaded */
+static uint64 config_seen_generation = 0;	/* read before this step */
+static TimestampTz config_loaded_at = 0;
+static int64 config_load_ms = 0;	/* what the last load took */
+static int	config_lease_ms = 0;	/* the slowest destination's lease */
+
 /* Leased events, each in its own child context until recorded. */
 MemoryContext relay_events_context = NULL;
 
@@ -175,6 +216,9 @@ DeliveryInit(void)
 	relay_events_context = AllocSetContextCreate(TopMemoryContext,
 												 "outbox_pg events",
 												 ALLOCSET_DEFAULT_SIZES);
+	config_context = AllocSetContextCreate(TopMemoryContext,
+										   "outbox_pg destinations",
+										   ALLOCSET_DEFAULT_SIZES);
 	pg_prng_seed(&prng, (uint64) MyProcPid ^ (uint64) GetCurrentTimestamp());
 }
 
@@ -369,10 +413,15 @@ delivery_release(LoadedDestination *d)
 		MemoryContextDelete(d->context);
 }
 
+/* Drop the references a list holds, and the list. */
 static void
-delivery_cycle_end(void *arg)
+delivery_release_all(List *dests)
 {
-	delivery_release((LoadedDestination *) arg);
+	ListCell   *lc;
+
+	foreach(lc, dests)
+		delivery_release(lfirst(lc));
+	list_free(dests);
 }
 
 /*
@@ -404,55 +453,52 @@ delivery_report_unusable(const char *name, ErrorData *edata)
 	pfree(slot_error);
 }
 
+/* What delivery_prepare() runs in its subtransaction. */
+typedef struct DeliveryPrepareArgs
+{
+	LoadedDestination *d;
+	const DestinationConfig *config;
+} DeliveryPrepareArgs;
+
+static void
+delivery_validate_and_load(void *arg)
+{
+	DeliveryPrepareArgs *a = arg;
+	MemoryContext old = MemoryContextSwitchTo(a->d->context);
+
+	DestinationValidate(a->config->def);
+	a->d->routine = GetDestinationRoutine(a->config->def->kind);
+	a->d->target = a->d->routine->load(a->config);
+	MemoryContextSwitchTo(old);
+}
+
 /*
- * Validate the definition and have its kind load it, in a subtransaction:
- * false, with the error reported, when either fails.  Allocations go to
- * d->context.
+ * Validate the definition and have its kind load it, in a subtransaction
+ * (step.c): false, with the error reported, when either fails.
+ * Allocations go to d->context.
  */
 static bool
 delivery_prepare(LoadedDestination *d, const DestinationConfig *config)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	volatile bool ok = true;
+	DeliveryPrepareArgs args = {d, config};
+	ErrorData  *edata;
 
-	BeginInternalSubTransaction(NULL);
-	PG_TRY();
-	{
-		MemoryContextSwitchTo(d->context);
-		DestinationValidate(config->def);
-		d->routine = GetDestinationRoutine(config->def->kind);
-		d->target = d->routine->load(config);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		delivery_report_unusable(config->def->name, edata);
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(oldcontext);
-	CurrentResourceOwner = oldowner;
-	return ok;
+	if (WorkerRunInSubtransaction(delivery_validate_and_load, &args, &edata))
+		return true;
+	delivery_report_unusable(config->def->name, edata);
+	FreeErrorData(edata);
+	return false;
 }
 
 /*
  * Load one row into its own context, or NULL when its definition is not
- * usable (skipped this step, see delivery_prepare()).
+ * usable (skipped until the next load, see delivery_prepare()).  The
+ * caller holds the one reference it returns with.
  */
 static LoadedDestination *
 delivery_load_row(HeapTuple tup, TupleDesc desc)
 {
-	MemoryContext cxt = AllocSetContextCreate(relay_events_context,
+	MemoryContext cxt = AllocSetContextCreate(config_context,
 											  "outbox_pg destination",
 											  ALLOCSET_SMALL_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(cxt);
@@ -469,19 +515,17 @@ delivery_load_row(HeapTuple tup, TupleDesc desc)
 		return NULL;
 	}
 
-	/* the cycle holds a reference until relay.c resets its memory */
 	d->refs = 1;
-	d->cycle_end.func = delivery_cycle_end;
-	d->cycle_end.arg = d;
-	MemoryContextRegisterResetCallback(relay_cycle_context, &d->cycle_end);
 	return d;
 }
 
 /* Refresh the persistent per-destination state from what was loaded. */
 static void
-delivery_refresh_state(const LoadedDestination *d)
+delivery_refresh_state(LoadedDestination *d)
 {
 	RelayDestination *rd = delivery_destination(d->name);
+
+	d->dest = rd;
 
 	if (rd->stats == NULL)		/* ops */
 		rd->stats = OutboxDestStatsAttach(RELAY_SLOT_INDEX, d->name);
@@ -501,35 +545,125 @@ delivery_refresh_state(const LoadedDestination *d)
 }
 
 /*
- * Read outbox.destinations, load every usable one (list in cycle memory)
- * and refresh the persistent per-destination state.
+ * Before a lease step's transaction begins: note the slot's configuration
+ * generation, and whether the cache must be loaded again (see the file's
+ * header for when).  Reading the generation before the transaction takes
+ * its snapshot is what makes the cache safe: a commit that bumped it
+ * before this read was visible before the bump (wake.c), so the load sees
+ * its rows; a bump after this read moves the generation again and is
+ * caught at the next step.  (Starting the transaction takes locks, which
+ * are memory barriers.)
+ */
+void
+DeliveryCheckConfig(void)
+{
+	uint64		generation = pg_atomic_read_u64(&relay_slot->config_generation);
+	int64		max_age_ms;
+
+	max_age_ms = Max(Max(outbox_poll_interval, CONFIG_RELOAD_MIN_MS),
+					 CONFIG_RELOAD_FACTOR * config_load_ms);
+	if (generation != config_generation ||
+		GetCurrentTimestamp() - config_loaded_at >= max_age_ms * 1000)
+		config_valid = false;
+	config_seen_generation = generation;
+}
+
+/*
+ * Load the destinations again at the next lease step: the relay's step was
+ * skipped (the extension is being updated, dropped or is of another
+ * version) or it reread the server configuration.
+ */
+void
+DeliveryForgetConfig(void)
+{
+	config_valid = false;
+}
+
+/*
+ * Read outbox.destinations and load every usable one: a list of
+ * references in config_context.  On an error, nothing stays loaded.
+ */
+static List *
+delivery_load_all(void)
+{
+	List	   *volatile loaded = NIL;
+
+	delivery_prepare_plans();
+	PG_TRY();
+	{
+		SPITupleTable *rows;
+		uint64		nrows;
+
+		if (SPI_execute_plan(destinations_plan, NULL, NULL, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not read outbox.destinations");
+		rows = SPI_tuptable;
+		nrows = SPI_processed;
+
+		for (uint64 i = 0; i < nrows; i++)
+		{
+			LoadedDestination *d = delivery_load_row(rows->vals[i], rows->tupdesc);
+			MemoryContext old;
+
+			if (d == NULL)
+				continue;
+			old = MemoryContextSwitchTo(config_context);
+			loaded = lappend(loaded, d);
+			MemoryContextSwitchTo(old);
+		}
+	}
+	PG_CATCH();
+	{
+		delivery_release_all(loaded);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	return loaded;
+}
+
+/*
+ * Load the destinations again and refresh their persistent state; the
+ * cache then holds them instead of what it held, whose events keep their
+ * own references.  On an error the cache stays invalid (loaded again at
+ * the next step) but keeps what it held.
+ */
+static void
+delivery_reload(void)
+{
+	List	   *fresh;
+	ListCell   *lc;
+	int			lease_ms = 0;
+	TimestampTz start = GetCurrentTimestamp();
+
+	config_valid = false;
+	fresh = delivery_load_all();
+	delivery_release_all(config_loaded);
+	config_loaded = fresh;
+	foreach(lc, config_loaded)
+	{
+		LoadedDestination *d = lfirst(lc);
+
+		delivery_refresh_state(d);
+		lease_ms = Max(lease_ms, d->timeout_ms + outbox_lease_margin);
+	}
+	config_lease_ms = lease_ms;
+	config_generation = config_seen_generation;
+	config_loaded_at = GetCurrentTimestamp();
+	config_load_ms = (config_loaded_at - start) / 1000;
+	config_valid = true;
+}
+
+/*
+ * The usable destinations, from the cache, loaded again first when
+ * DeliveryCheckConfig() or DeliveryForgetConfig() said so.  In a relay
+ * transaction; the list belongs to the cache and stays valid until the
+ * next call.
  */
 List *
 DeliveryLoadDestinations(void)
 {
-	List	   *result = NIL;
-	SPITupleTable *rows;
-	uint64		nrows;
-
-	delivery_prepare_plans();
-	if (SPI_execute_plan(destinations_plan, NULL, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read outbox.destinations");
-	rows = SPI_tuptable;
-	nrows = SPI_processed;
-
-	for (uint64 i = 0; i < nrows; i++)
-	{
-		LoadedDestination *d = delivery_load_row(rows->vals[i], rows->tupdesc);
-		MemoryContext old;
-
-		if (d == NULL)
-			continue;
-		delivery_refresh_state(d);
-		old = MemoryContextSwitchTo(relay_cycle_context);
-		result = lappend(result, d);
-		MemoryContextSwitchTo(old);
-	}
-	return result;
+	if (!config_valid)
+		delivery_reload();
+	return config_loaded;
 }
 
 /* ---- leasing and building requests ---- */
@@ -731,22 +865,17 @@ DeliveryCompleted(List *pending, HttpRequest *req)
 	return lappend(pending, ev);
 }
 
-/* The lease's length: long enough for the slowest destination's request. */
+/*
+ * The lease's length: long enough for the slowest destination's request
+ * (worked out when the destinations were loaded).
+ */
 static Interval *
-delivery_lease_interval(List *dests)
+delivery_lease_interval(void)
 {
-	ListCell   *lc;
-	int			lease_ms = 0;
 	Interval   *lease;
 
-	foreach(lc, dests)
-	{
-		LoadedDestination *d = lfirst(lc);
-
-		lease_ms = Max(lease_ms, d->timeout_ms + outbox_lease_margin);
-	}
 	lease = MemoryContextAllocZero(relay_cycle_context, sizeof(Interval));
-	lease->time = (int64) lease_ms * 1000;
+	lease->time = (int64) config_lease_ms * 1000;
 	return lease;
 }
 
@@ -762,13 +891,13 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 {
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
-	Interval   *lease = delivery_lease_interval(dests);
+	Interval   *lease = delivery_lease_interval();
 
 	*drained = true;
 	foreach(lc, dests)
 	{
 		LoadedDestination *d = lfirst(lc);
-		RelayDestination *rd = hash_search(destinations, d->name, HASH_FIND, NULL);
+		RelayDestination *rd = d->dest;
 		bool		probe = false;
 		int			want = relay_capacity(rd, now, &probe);
 		uint64		n;
@@ -811,15 +940,21 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 void
 DeliveryFreeEvent(RelayEvent *ev)
 {
+	LoadedDestination *loaded = ev->loaded;
+
 	Assert(ev->req.easy == NULL);	/* never while curl still uses it */
 	if (ev->probe)				/* gone without a result: let another probe */
 		OutboxCircuitReleaseProbe(ev->dest->stats);
 	ev->dest->in_flight--;
 	total_in_flight--;
 	OutboxDestStatsSetInFlight(ev->dest->stats, RELAY_SLOT_INDEX, ev->dest->in_flight);	/* ops */
-	/* its header list goes with it (http.c's reset callback) */
+
+	/*
+	 * ev lives in its own context: read what is needed of it first.  Its
+	 * header list goes with it (http.c's reset callback).
+	 */
 	MemoryContextDelete(ev->context);
-	delivery_release(ev->loaded);
+	delivery_release(loaded);
 }
 
 /* ---- recording results ---- */

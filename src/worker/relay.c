@@ -217,10 +217,6 @@ relay_start(int slot_index)
 											  get_database_name(MyDatabaseId));
 	CommitTransactionCommand();
 
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_SYSTEM_ERROR),
-				 errmsg("could not initialize libcurl")));
 	relay_http = HttpClientCreate();
 
 	DeliveryInit();
@@ -259,6 +255,7 @@ relay_due_step(void)
 	{
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
+		DeliveryForgetConfig();	/* loaded under the old settings */
 	}
 
 	loop.now = GetCurrentTimestamp();
@@ -305,6 +302,7 @@ relay_lease_step(void)
 
 	relay_set_state(RELAY_WORKING, "leasing events");
 	relay_circuit_recheck_at = 0;	/* DeliveryLease() sets it again */
+	DeliveryCheckConfig();		/* before the transaction's snapshot */
 	begun = relay_begin(&missing);
 	if (!missing && !relay_announced)
 		relay_announce();
@@ -318,6 +316,8 @@ relay_lease_step(void)
 		DeliveryLease(dests, &drained, &loop.leased);
 		relay_commit();
 	}
+	else
+		DeliveryForgetConfig(); /* what is installed may be changing */
 
 	/*
 	 * Without the extension nothing in flight can be recorded (its rows are

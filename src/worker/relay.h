@@ -43,6 +43,8 @@ extern MemoryContext relay_events_context;
 
 extern void DeliveryInit(void);
 extern int	DeliveryInFlight(void);
+extern void DeliveryCheckConfig(void);
+extern void DeliveryForgetConfig(void);
 extern List *DeliveryLoadDestinations(void);
 extern void DeliveryLease(List *dests, bool *drained, List **leased);
 extern void DeliveryStart(RelayEvent *ev);

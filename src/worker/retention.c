@@ -48,6 +48,8 @@
 #include "guc.h"
 #include "worker/worker.h"
 
+static uint64 retention_expire_published(TimestampTz cutoff, int batch_size);
+
 /* how often worker 0 looks for expired rows when the last batch was short */
 #define RETENTION_INTERVAL_MS	1000
 
@@ -74,8 +76,8 @@ static bool retention_more = false;
  * Delete up to batch_size published rows published before cutoff.
  * The caller is connected to SPI.  Returns the rows deleted.
  */
-uint64
-OutboxExpirePublished(TimestampTz cutoff, int batch_size)
+static uint64
+retention_expire_published(TimestampTz cutoff, int batch_size)
 {
 	Oid			types[3] = {UUIDOID, TIMESTAMPTZOID, INT4OID};
 	Datum		args[3];
@@ -106,7 +108,7 @@ retention_batch(void *arg)
 	TimestampTz now = *(TimestampTz *) arg;
 	uint64		n;
 
-	n = OutboxExpirePublished(now - (int64) outbox_retention * USECS_PER_SEC,
+	n = retention_expire_published(now - (int64) outbox_retention * USECS_PER_SEC,
 							  outbox_retention_batch);
 	retention_more = (n >= (uint64) outbox_retention_batch);
 }
@@ -165,7 +167,7 @@ outbox_expire_published(PG_FUNCTION_ARGS)
 													 PG_GETARG_DATUM(0)));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	n = OutboxExpirePublished(cutoff, PG_GETARG_INT32(1));
+	n = retention_expire_published(cutoff, PG_GETARG_INT32(1));
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
 }

@@ -60,6 +60,9 @@
 #include "peertext.h"
 #include "worker/worker.h"
 
+static bool step_lock_tables_nowait(const char *schema,
+								   const OutboxTableLock *tables, int ntables);
+
 /* the same cycle error again within this time is logged at DEBUG1 */
 #define CYCLE_ERROR_QUIET_MS	60000
 
@@ -117,7 +120,7 @@ WorkerStepBegin(const WorkerStepSpec *spec, RelaySlot *version_slot,
 			break;
 	}
 	if (why == WORKER_STEP_RUN && spec->ntables > 0 &&
-		!WorkerLockTablesNoWait(spec->schema, spec->tables, spec->ntables))
+		!step_lock_tables_nowait(spec->schema, spec->tables, spec->ntables))
 		why = WORKER_STEP_LOCKED;
 
 	if (skip != NULL)
@@ -214,8 +217,8 @@ WorkerKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes)
  * queueing behind that lock and deadlocking against it.  The caller is in
  * a transaction; locks taken before a false return stay until it ends.
  */
-bool
-WorkerLockTablesNoWait(const char *schema, const OutboxTableLock *tables,
+static bool
+step_lock_tables_nowait(const char *schema, const OutboxTableLock *tables,
 					   int ntables)
 {
 	for (int i = 0; i < ntables; i++)

@@ -56,6 +56,8 @@
 #include "shmem.h"
 #include "worker/worker.h"
 
+static char *installed_version(void);
+
 /* the version last reported as different, so the log says it once */
 static char reported_version[64] = "";
 
@@ -64,8 +66,8 @@ static char reported_version[64] = "";
  * in the current memory context, or NULL when the extension is not
  * installed.  Needs a transaction.
  */
-char *
-OutboxInstalledVersion(void)
+static char *
+installed_version(void)
 {
 	Relation	rel;
 	ScanKeyData key;
@@ -100,7 +102,7 @@ OutboxInstalledVersion(void)
 bool
 OutboxRelayVersionMatches(RelaySlot *slot, bool *missing)
 {
-	char	   *version = OutboxInstalledVersion();
+	char	   *version = installed_version();
 	char		error[OUTBOX_ERROR_LEN];
 
 	*missing = (version == NULL);

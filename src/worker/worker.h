@@ -78,8 +78,6 @@ extern bool WorkerRunInSubtransaction(void (*fn) (void *arg), void *arg,
 									  ErrorData **error);
 extern SPIPlanPtr WorkerKeepPlan(SPIPlanPtr *plan, const char *sql,
 								 int nargs, Oid *argtypes);
-extern bool WorkerLockTablesNoWait(const char *schema,
-								   const OutboxTableLock *tables, int ntables);
 extern void WorkerReportCycleError(WorkerErrorThrottle *throttle,
 								   RelaySlot *slot, const char *hint,
 								   const char *context_fmt,...) pg_attribute_printf(4, 5);
@@ -117,11 +115,9 @@ extern uint64 OutboxStoreRetriesDead(Datum ids, Datum statuses, Datum errors,
 									 Datum leases);
 
 /* version.c */
-extern char *OutboxInstalledVersion(void);
 extern bool OutboxRelayVersionMatches(RelaySlot *slot, bool *missing);
 
 /* retention.c */
-extern uint64 OutboxExpirePublished(TimestampTz cutoff, int batch_size);
 extern void OutboxRetentionStep(TimestampTz now);
 
 #endif							/* OUTBOX_WORKER_H */

@@ -10,6 +10,13 @@ them); LABEL_A / LABEL_B name them in the table.  BENCH_EVENTS (50000),
 BENCH_WORKERS (2), BENCH_ROUNDS (3), BENCH_SECONDS (5).
 A benchmark, not a test: it prints medians and ratios, it never fails on
 a timing.
+
+BENCH_DESTINATIONS (e.g. "1,100,1000") measures many destinations instead
+(issue #19): for each count, the relays' CPU while every destination is
+idle (BENCH_IDLE_SECONDS, 10, with the default 1 s poll), then
+BENCH_EVENTS events to one of them and events/s until they are published
+(or BENCH_DRAIN_LIMIT seconds, 120, have passed: then the rate so far),
+then the CPU again with every destination paused.
 """
 import os
 import shutil
@@ -120,7 +127,106 @@ INSERT INTO outbox.routes (pattern, destination) VALUES ('payment.*', 'payments'
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+DESTINATIONS = [int(x) for x in os.environ.get("BENCH_DESTINATIONS", "").split(",") if x.strip()]
+IDLE_SECONDS = int(os.environ.get("BENCH_IDLE_SECONDS", "10"))
+DRAIN_LIMIT = int(os.environ.get("BENCH_DRAIN_LIMIT", "120"))
+
+
+def destinations_round(bin_dir, ndest):
+    """Relay CPU (share of one core, all relays) with ndest idle
+    destinations, then events/s for N events to one of them."""
+    rb.BIN = bin_dir
+    tmp = tempfile.mkdtemp(prefix="outbox_versions_dest_")
+    os.chmod(tmp, 0o777)
+    port = rb.start_nginx(tmp)
+    data, dsn = rb.start_cluster(tmp, WORKERS, poll_interval="1s")
+    try:
+        conn = psycopg2.connect(dsn)
+        conn.autocommit = True
+        cur = conn.cursor()
+        cur.execute("CREATE EXTENSION outbox_pg")
+        cur.execute("INSERT INTO outbox.destinations (name, url, max_concurrency, paused) "
+                    "VALUES ('d0', %s, 256, true)", (f"http://127.0.0.1:{port}/d0",))
+        cur.execute("INSERT INTO outbox.destinations (name, url, max_concurrency) "
+                    "SELECT 'd' || g, 'http://127.0.0.1:' || %s || '/d' || g, 256 "
+                    "FROM generate_series(1, %s) g", (port, ndest - 1))
+        pids = []
+        for _ in range(400):
+            cur.execute("SELECT array_agg(pid) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
+            pids = cur.fetchone()[0] or []
+            if len(pids) == WORKERS:
+                break
+            time.sleep(0.05)
+        time.sleep(3)           # the relays have started and seen the destinations
+        cpu0 = sum(rb.cpu_seconds(p) or 0 for p in pids)
+        t0 = time.time()
+        time.sleep(IDLE_SECONDS)
+        idle = (sum(rb.cpu_seconds(p) or 0 for p in pids) - cpu0) / (time.time() - t0)
+
+        cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{rb.PAYLOAD}', "
+                    f"destination => 'd0')) FROM generate_series(1, {N}) g")
+        cpu0 = sum(rb.cpu_seconds(p) or 0 for p in pids)
+        t0 = time.time()
+        cur.execute("UPDATE outbox.destinations SET paused = false WHERE name = 'd0'")
+        cur.execute("SELECT outbox.emit('bench.kick', 'k', '{}', destination => 'd0')")
+        while True:
+            cur.execute("SELECT coalesce(sum(published), 0) FROM outbox.workers() WHERE database = 'postgres'")
+            done = int(cur.fetchone()[0])
+            if done >= N + 1 or time.time() - t0 > DRAIN_LIMIT:
+                break
+            time.sleep(0.02)
+        elapsed = time.time() - t0
+        cpu = sum(rb.cpu_seconds(p) or 0 for p in pids) - cpu0
+
+        # every destination paused: what is left per poll without lease statements
+        cur.execute("UPDATE outbox.destinations SET paused = true")
+        time.sleep(3)
+        cpu0 = sum(rb.cpu_seconds(p) or 0 for p in pids)
+        t1 = time.time()
+        time.sleep(IDLE_SECONDS)
+        paused = (sum(rb.cpu_seconds(p) or 0 for p in pids) - cpu0) / (time.time() - t1)
+        conn.close()
+        return idle, done / elapsed, cpu * 1e6 / max(done, 1), done >= N + 1, paused
+    finally:
+        subprocess.run([f"{bin_dir}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
+        subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def destinations_main():
+    res = {}
+    for rnd in range(ROUNDS):
+        order = BUILDS if rnd % 2 == 0 else BUILDS[::-1]
+        for label, bin_dir in order:
+            for ndest in DESTINATIONS:
+                idle, eps, cpu, drained, paused = destinations_round(bin_dir, ndest)
+                res.setdefault((label, ndest, "idle"), []).append(idle)
+                res.setdefault((label, ndest, "paused"), []).append(paused)
+                res.setdefault((label, ndest, "eps"), []).append(eps)
+                res.setdefault((label, ndest, "cpu"), []).append(cpu)
+                print(f"  round {rnd + 1} {label}: {ndest} destination(s): idle {100 * idle:5.1f} % of a core, "
+                      f"{N} events to one {eps:8.0f} events/s{'' if drained else ' (not drained)'}, "
+                      f"{cpu:6.1f} µs CPU/event, all paused {100 * paused:5.1f} % of a core", file=sys.stderr, flush=True)
+    med = {k: statistics.median(v) for k, v in res.items()}
+    (a, _), (b, _) = BUILDS
+    print()
+    print(f"outbox_pg {a} vs {b}, many destinations, median of {ROUNDS} round(s) (builds alternated), "
+          f"{WORKERS} relay workers, poll 1 s, nginx 204 sink; idle CPU over {IDLE_SECONDS} s, all relays")
+    print()
+    print(f"| destinations | idle CPU {a} | idle CPU {b} | {N} events to one, {a} (events/s) | "
+          f"{b} (events/s) | {b}/{a} | µs CPU/event {a} | {b} | all paused, CPU {a} | {b} |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for ndest in DESTINATIONS:
+        ea, eb = med[(a, ndest, "eps")], med[(b, ndest, "eps")]
+        print(f"| {ndest} | {100 * med[(a, ndest, 'idle')]:.1f} % | {100 * med[(b, ndest, 'idle')]:.1f} % | "
+              f"{ea:.0f} | {eb:.0f} | {eb / ea:.2f} | {med[(a, ndest, 'cpu')]:.0f} | {med[(b, ndest, 'cpu')]:.0f} | "
+              f"{100 * med[(a, ndest, 'paused')]:.1f} % | {100 * med[(b, ndest, 'paused')]:.1f} % |")
+
+
 def main():
+    if DESTINATIONS:
+        destinations_main()
+        return
     res = {}
     for rnd in range(ROUNDS):
         order = BUILDS if rnd % 2 == 0 else BUILDS[::-1]
