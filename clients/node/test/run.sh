@@ -9,7 +9,7 @@
 #   PG_CONFIG  the PostgreSQL whose initdb/postgres to use (default: pg_config
 #              on PATH); outbox_pg must be installed there
 #   NODE       the node binary (default: node on PATH)
-#   TESTS      the compiled test files (default: every build/test/*.test.js)
+#   TESTS      the compiled test files (default: every build/test/*.test.[c]js)
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -19,9 +19,12 @@ bindir=$("$PG_CONFIG" --bindir)
 
 echo "# node $("$NODE" --version), $("$bindir/postgres" --version)"
 
-# the package (dist/) and the tests (build/), which import the package by
-# its name, so they see what an application sees
+# the package (dist/: ESM, and CommonJS in dist/cjs/) and the tests
+# (build/), which import the package by its name, so they see what an
+# application sees
 "$NODE" node_modules/typescript/bin/tsc -p tsconfig.json
+"$NODE" node_modules/typescript/bin/tsc -p tsconfig.cjs.json
+"$NODE" scripts/cjs-package.mjs
 "$NODE" node_modules/typescript/bin/tsc -p tsconfig.test.json
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/outbox_pg_node.XXXXXX")
@@ -77,7 +80,7 @@ export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 
 # node's own runner; TAP whatever the version's default reporter
 rc=0
-"$NODE" --test --test-reporter=tap ${TESTS:-build/test/*.test.js} || rc=$?
+"$NODE" --test --test-reporter=tap ${TESTS:-build/test/*.test.js build/test/*.test.cjs} || rc=$?
 if [ $rc != 0 ]; then
 	echo "# server log (last 30 lines):"
 	tail -30 "$tmp/server.log" | sed 's/^/# /'
