@@ -1,7 +1,8 @@
 /*
  * The consumer side: claim() (inbox.claim()) dedupes a message id in the
  * caller's transaction; withInbox() runs the claim and the business write
- * in one transaction of its own and skips the write for a duplicate.
+ * in one transaction of its own (on a node-postgres pool, or through a
+ * TypeORM DataSource's transaction()) and skips the write for a duplicate.
  */
 
 import { toOutboxError } from './errors.js';
@@ -71,23 +72,76 @@ async function control(client: Queryable, text: string): Promise<void> {
 }
 
 /**
- * Takes a connection from the pool and, in one transaction, claims
- * messageId and runs fn(client) when the claim is new; commits both, or
- * rolls both back if fn throws (the error is rethrown, and a redelivery
- * of the message runs fn again).  A duplicate commits nothing and skips
- * fn: { ran: false }.  fn must do its writes on the client it is given.
+ * What runs a callback in a transaction of its own and hands it the
+ * transaction's executor: a TypeORM DataSource (or EntityManager), whose
+ * transaction() commits when the callback returns and rolls back when it
+ * throws.
+ */
+export interface TransactionRunner<M extends Queryable = Queryable> {
+	transaction<R>(fn: (manager: M) => Promise<R>): Promise<R>;
+}
+
+function isRunner(x: PoolLike<PoolClientLike> | TransactionRunner<Queryable>): x is TransactionRunner<Queryable> {
+	return typeof (x as { transaction?: unknown }).transaction === 'function';
+}
+
+/**
+ * In one transaction, claims messageId and runs fn when the claim is new;
+ * commits both, or rolls both back if fn throws (the error is rethrown,
+ * and a redelivery of the message runs fn again).  A duplicate commits
+ * nothing and skips fn: { ran: false }.  fn must do its writes on what it
+ * is given:
+ *
+ * - a node-postgres Pool: a PoolClient taken from it, in BEGIN ... COMMIT;
+ * - a TypeORM DataSource: its transaction()'s EntityManager.
+ *
+ * Annotate fn's parameter (client: PoolClient, manager: EntityManager) for
+ * the driver's own type.
  */
 export async function withInbox<T, C extends PoolClientLike = PoolClientLike>(
 	pool: PoolLike<C>, messageId: string, fn: (client: C) => Promise<T> | T,
-	options: WithInboxOptions = {}): Promise<InboxResult<T>> {
+	options?: WithInboxOptions): Promise<InboxResult<T>>;
+export async function withInbox<T, M extends Queryable = Queryable>(
+	runner: TransactionRunner<M>, messageId: string, fn: (manager: M) => Promise<T> | T,
+	options?: WithInboxOptions): Promise<InboxResult<T>>;
+export async function withInbox<T>(
+	db: PoolLike<PoolClientLike> | TransactionRunner<Queryable>, messageId: string,
+	fn: (client: any) => Promise<T> | T, options: WithInboxOptions = {}): Promise<InboxResult<T>> {
+	const iso = options.isolation;
+
+	if (iso !== undefined && !(iso in ISOLATION))
+		throw new TypeError(`unknown isolation level "${String(iso)}"`);
+	if (isRunner(db))
+		return withInboxRunner(db, messageId, fn, options);
+	return withInboxPool(db, messageId, fn, options);
+}
+
+async function withInboxRunner<T>(runner: TransactionRunner<Queryable>, messageId: string,
+								  fn: (manager: Queryable) => Promise<T> | T,
+								  options: WithInboxOptions): Promise<InboxResult<T>> {
+	const body = async (manager: Queryable): Promise<InboxResult<T>> => {
+		if (!(await claim(manager, messageId, options)))
+			return { ran: false };
+		return { ran: true, value: await fn(manager) };
+	};
+
+	if (options.isolation === undefined)
+		return runner.transaction(body);
+	/* TypeORM: transaction(isolationLevel, fn), the level in SQL's words */
+	return (runner as unknown as {
+		transaction(level: string, f: typeof body): Promise<InboxResult<T>>;
+	}).transaction(ISOLATION[options.isolation], body);
+}
+
+async function withInboxPool<T>(pool: PoolLike<PoolClientLike>, messageId: string,
+								fn: (client: PoolClientLike) => Promise<T> | T,
+								options: WithInboxOptions): Promise<InboxResult<T>> {
 	const client = await pool.connect();
 	let broken: Error | undefined;
 
 	try {
 		const iso = options.isolation;
 
-		if (iso !== undefined && !(iso in ISOLATION))
-			throw new TypeError(`unknown isolation level "${String(iso)}"`);
 		try {
 			await control(client, iso === undefined ? 'BEGIN' : `BEGIN ISOLATION LEVEL ${ISOLATION[iso]}`);
 		}

@@ -8,7 +8,7 @@
 export { type AggregateId, type EmitOptions, type EventCatalog, type EventOf, type OutboxEvent, type PayloadOf,
 	defineEvents, emit, emitStatement } from './emit.js';
 export { type PoolClientLike, type PoolLike, type Queryable } from './executor.js';
-export { type ClaimOptions, type InboxResult, type IsolationLevel, type WithInboxOptions,
+export { type ClaimOptions, type InboxResult, type IsolationLevel, type TransactionRunner, type WithInboxOptions,
 	claim, withInbox } from './inbox.js';
 export { waitPublished } from './wait.js';
 export { type OutboxErrorOptions, FeatureNotSupportedError, InvalidInputError, NotFoundError, NotInstalledError,

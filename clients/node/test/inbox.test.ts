@@ -148,3 +148,54 @@ test('withInbox() honours an isolation level', async () => {
 	}, { isolation: 'serializable' });
 	assert.deepEqual(r, { ran: true, value: 'serializable' });
 });
+
+/*
+ * The shape of a TypeORM DataSource: transaction(fn) / transaction(level,
+ * fn), commit when fn returns, rollback when it throws, an executor whose
+ * query() resolves to the rows.
+ */
+function typeormLike(levels: string[]) {
+	async function transaction<R>(a: string | ((m: { query(t: string, v?: unknown[]): Promise<unknown[]> }) => Promise<R>),
+								  b?: (m: { query(t: string, v?: unknown[]): Promise<unknown[]> }) => Promise<R>): Promise<R> {
+		const fn = typeof a === 'function' ? a : b!;
+		const c = await pool.connect();
+		try {
+			await c.query(typeof a === 'string' ? `START TRANSACTION ISOLATION LEVEL ${a}` : 'START TRANSACTION');
+			levels.push((await c.query('SHOW transaction_isolation')).rows[0].transaction_isolation);
+			const r = await fn({ query: async (t: string, v?: unknown[]) => (await c.query(t, v)).rows });
+			await c.query('COMMIT');
+			return r;
+		}
+		catch (err) {
+			await c.query('ROLLBACK');
+			throw err;
+		}
+		finally {
+			c.release();
+		}
+	}
+	return { transaction };
+}
+
+test('withInbox() through a TypeORM-style transaction()', async () => {
+	const id = unique('typeorm');
+	const levels: string[] = [];
+	const dataSource = typeormLike(levels);
+	let calls = 0;
+	const apply = async (manager: { query(t: string, v?: unknown[]): Promise<unknown[]> }) => {
+		calls += 1;
+		await manager.query('INSERT INTO ledger VALUES ($1, $2)', [id, 30]);
+		return calls;
+	};
+
+	await assert.rejects(withInbox(dataSource, id, async (manager) => {
+		await manager.query('INSERT INTO ledger VALUES ($1, $2)', [id, 1]);
+		throw new Error('first delivery fails');
+	}), /first delivery fails/);
+	assert.deepEqual(await ledger(id), []);
+	assert.deepEqual(await withInbox(dataSource, id, apply, { isolation: 'repeatable read' }), { ran: true, value: 1 });
+	assert.deepEqual(await withInbox(dataSource, id, apply), { ran: false });
+	assert.equal(calls, 1);
+	assert.deepEqual(await ledger(id), [30]);
+	assert.deepEqual(levels, ['read committed', 'repeatable read', 'read committed']);
+});
