@@ -9,7 +9,8 @@
 #   PG_CONFIG  the PostgreSQL whose initdb/postgres to use (default: pg_config
 #              on PATH); outbox_pg must be installed there
 #   NODE       the node binary (default: node on PATH)
-#   TESTS      the compiled test files (default: every build/test/*.test.[c]js)
+#   TESTS      the compiled test files (default: every build/test/*.test.[c]js
+#              and those of the examples)
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -25,6 +26,18 @@ echo "# node $("$NODE" --version), $("$bindir/postgres" --version)"
 "$NODE" node_modules/typescript/bin/tsc -p tsconfig.json
 "$NODE" node_modules/typescript/bin/tsc -p tsconfig.cjs.json
 "$NODE" scripts/cjs-package.mjs
+
+# the example applications (../../examples/*) whose packages are installed
+# ("npm ci" there; test/run does it): built, and their tests run with the
+# client's on the same cluster
+examples=
+for ex in ../../examples/*; do
+	[ -d "$ex/node_modules" ] || continue
+	"$NODE" "$ex/node_modules/typescript/bin/tsc" -p "$ex/tsconfig.json"
+	for t in "$ex"/dist/test/*.test.js; do
+		[ -f "$t" ] && examples="$examples $t"
+	done
+done
 "$NODE" node_modules/typescript/bin/tsc -p tsconfig.test.json
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/outbox_pg_node.XXXXXX")
@@ -50,8 +63,9 @@ unix_socket_directories = '$tmp'
 fsync = off
 outbox.poll_interval = '200ms'
 outbox.discovery_interval = 1
-# a relay for the tests' database only (they create others)
-outbox.databases = 'postgres'
+# relays for the tests' database and the example's only (the tests create
+# others)
+outbox.databases = 'postgres, nestjs_payments'
 log_min_messages = warning
 EOF
 
@@ -80,7 +94,7 @@ export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 
 # node's own runner; TAP whatever the version's default reporter
 rc=0
-"$NODE" --test --test-reporter=tap ${TESTS:-build/test/*.test.js build/test/*.test.cjs} || rc=$?
+"$NODE" --test --test-reporter=tap ${TESTS:-build/test/*.test.js build/test/*.test.cjs$examples} || rc=$?
 if [ $rc != 0 ]; then
 	echo "# server log (last 30 lines):"
 	tail -30 "$tmp/server.log" | sed 's/^/# /'
