@@ -1,16 +1,19 @@
 #!/bin/sh
 # Builds @outbox-pg/client and runs its tests (node's own test runner, TAP
-# output) against a throwaway PostgreSQL cluster with outbox_pg preloaded:
+# output), or with --examples builds the example applications
+# (../../examples/*, their packages installed with "npm ci") and runs
+# theirs, against a throwaway PostgreSQL cluster with outbox_pg preloaded:
 # initdb in a temporary directory, a free port on 127.0.0.1, CREATE
 # EXTENSION outbox_pg, the tests with PGHOST/PGPORT/PGUSER/PGDATABASE set,
 # then the cluster is stopped and removed.  Run as a user initdb accepts
-# (not root); test/run runs it as postgres after "npm ci" (suite "node").
+# (not root); test/run runs it as postgres after "npm ci" (suites "node"
+# and "examples").
 #
 #   PG_CONFIG  the PostgreSQL whose initdb/postgres to use (default: pg_config
 #              on PATH); outbox_pg must be installed there
 #   NODE       the node binary (default: node on PATH)
-#   TESTS      the compiled test files (default: every build/test/*.test.[c]js
-#              and those of the examples)
+#   TESTS      the compiled test files (default: every build/test/*.test.[c]js,
+#              or with --examples every examples/*/dist/test/*.test.js)
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -27,18 +30,22 @@ echo "# node $("$NODE" --version), $("$bindir/postgres" --version)"
 "$NODE" node_modules/typescript/bin/tsc -p tsconfig.cjs.json
 "$NODE" scripts/cjs-package.mjs
 
-# the example applications (../../examples/*) whose packages are installed
-# ("npm ci" there; test/run does it): built, and their tests run with the
-# client's on the same cluster
-examples=
-for ex in ../../examples/*; do
-	[ -d "$ex/node_modules" ] || continue
-	"$NODE" "$ex/node_modules/typescript/bin/tsc" -p "$ex/tsconfig.json"
-	for t in "$ex"/dist/test/*.test.js; do
-		[ -f "$t" ] && examples="$examples $t"
+# or the example applications, which use the client through a file:
+# dependency on this directory
+tests="build/test/*.test.js build/test/*.test.cjs"
+if [ "${1:-}" = --examples ]; then
+	tests=
+	for ex in ../../examples/*; do
+		if [ ! -d "$ex/node_modules" ]; then
+			echo "$ex: run npm ci there first"
+			exit 1
+		fi
+		"$NODE" "$ex/node_modules/typescript/bin/tsc" -p "$ex/tsconfig.json"
+		tests="$tests $(echo "$ex"/dist/test/*.test.js)"
 	done
-done
-"$NODE" node_modules/typescript/bin/tsc -p tsconfig.test.json
+else
+	"$NODE" node_modules/typescript/bin/tsc -p tsconfig.test.json
+fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/outbox_pg_node.XXXXXX")
 data=$tmp/data
@@ -63,8 +70,8 @@ unix_socket_directories = '$tmp'
 fsync = off
 outbox.poll_interval = '200ms'
 outbox.discovery_interval = 1
-# relays for the tests' database and the example's only (the tests create
-# others)
+# relays for the tests' database and the example's only (the client's
+# tests create others)
 outbox.databases = 'postgres, nestjs_payments'
 log_min_messages = warning
 EOF
@@ -94,7 +101,7 @@ export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 
 # node's own runner; TAP whatever the version's default reporter
 rc=0
-"$NODE" --test --test-reporter=tap ${TESTS:-build/test/*.test.js build/test/*.test.cjs$examples} || rc=$?
+"$NODE" --test --test-reporter=tap ${TESTS:-$tests} || rc=$?
 if [ $rc != 0 ]; then
 	echo "# server log (last 30 lines):"
 	tail -30 "$tmp/server.log" | sed 's/^/# /'
