@@ -109,7 +109,7 @@ export async function withInbox<T>(
 	fn: (client: any) => Promise<T> | T, options: WithInboxOptions = {}): Promise<InboxResult<T>> {
 	const iso = options.isolation;
 
-	if (iso !== undefined && !(iso in ISOLATION))
+	if (iso !== undefined && !Object.hasOwn(ISOLATION, iso))
 		throw new TypeError(`unknown isolation level "${String(iso)}"`);
 	if (isRunner(db))
 		return withInboxRunner(db, messageId, fn, options);

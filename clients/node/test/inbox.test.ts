@@ -199,3 +199,10 @@ test('withInbox() through a TypeORM-style transaction()', async () => {
 	assert.deepEqual(await ledger(id), [30]);
 	assert.deepEqual(levels, ['read committed', 'repeatable read', 'read committed']);
 });
+
+test('withInbox() refuses an unknown isolation level before taking a connection', async () => {
+	for (const level of ['chaos', 'constructor'])
+		await assert.rejects(withInbox(pool, unique('bad-iso'), () => 1, { isolation: level as 'serializable' }),
+							 /unknown isolation level/);
+	assert.equal(pool.totalCount, pool.idleCount);
+});
