@@ -422,6 +422,36 @@ REVOKE ALL ON ALL TABLES IN SCHEMA outbox, inbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA outbox, inbox FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox, inbox FROM PUBLIC;
 
+-- outbox.emit() with a payload of type text (src/api/emit_text.c): the
+-- form an untyped parameter resolves to, so that a payload that is not
+-- JSON -- usually a JavaScript array that the driver sent as an array
+-- literal such as '{1,2}' -- fails with a hint instead of failing while
+-- the parameters are bound.  Typed jsonb arguments still reach the jsonb
+-- form.  Granted to PUBLIC because it grants nothing: it requires EXECUTE
+-- on the jsonb form.
+CREATE FUNCTION outbox.emit(
+    type            pg_catalog.text,
+    aggregate_id    pg_catalog.text,
+    payload         pg_catalog.text,
+    aggregate_type  pg_catalog.text DEFAULT NULL,
+    destination     pg_catalog.text DEFAULT NULL,
+    headers         pg_catalog.jsonb DEFAULT NULL,
+    traceparent     pg_catalog.text DEFAULT NULL,
+    not_before      pg_catalog.timestamptz DEFAULT NULL)
+RETURNS pg_catalog.uuid
+AS 'MODULE_PATHNAME', 'outbox_emit_text'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION outbox.emit(pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                                pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                                pg_catalog.text, pg_catalog.timestamptz) IS
+    'outbox.emit() for a payload given as text (an untyped parameter): parses it as jsonb, with a hint when it is not JSON.';
+
+GRANT EXECUTE ON FUNCTION
+    outbox.emit(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.timestamptz)
+    TO PUBLIC;
+
 GRANT USAGE ON SCHEMA outbox, inbox TO outbox_writer, outbox_monitor, outbox_admin;
 
 -- outbox_writer.  emit(), claim() and receive() write through the

@@ -67,6 +67,7 @@ extern void OutboxLockAggregate(const char *destination,
 								const char *aggregate_id);
 
 /* emit.c */
+extern Datum outbox_emit(PG_FUNCTION_ARGS);
 extern Datum OutboxPayloadArg(FunctionCallInfo fcinfo, int argno, bool event);
 
 #endif							/* OUTBOX_API_H */

@@ -13,12 +13,15 @@ SELECT rolname, rolcanlogin, rolsuper, rolinherit,
 CREATE ROLE regress_outbox_w LOGIN IN ROLE outbox_writer;
 CREATE ROLE regress_outbox_m LOGIN IN ROLE outbox_monitor;
 CREATE ROLE regress_outbox_a LOGIN IN ROLE outbox_admin;
+CREATE ROLE regress_outbox_nobody_r LOGIN;
+GRANT USAGE ON SCHEMA outbox TO regress_outbox_nobody_r;
 
 --
 -- Checks over every object that exists, so that objects a later section
 -- of the script adds or replaces are covered too.
 --
--- Nothing for PUBLIC.
+-- Nothing for PUBLIC but the text form of emit(), which requires EXECUTE
+-- on the jsonb form (see "payload hint" below).
 SELECT c.oid::regclass::text AS object, a.privilege_type
   FROM pg_class c, aclexplode(c.relacl) a
  WHERE c.relnamespace IN ('outbox'::regnamespace, 'inbox'::regnamespace)
@@ -134,6 +137,27 @@ SELECT try($$SELECT outbox.redrive(gen_random_uuid())$$);
 -- no monitoring unless granted outbox_monitor too
 SELECT try($$SELECT * FROM outbox.health()$$);
 SELECT try($$SELECT * FROM outbox.destination_stats$$);
+
+-- payload hint: a driver's untyped parameter resolves to emit()'s text
+-- form, which parses the payload itself; a JavaScript array that the
+-- driver sent as an array literal fails with a hint
+PREPARE untyped AS SELECT outbox.emit($1, $2, $3);
+SELECT parameter_types FROM pg_prepared_statements WHERE name = 'untyped';
+EXECUTE untyped('roles.created', 'roles-3', '{"n": 3}') \gset untyped_
+SELECT :'untyped_emit' IS NOT NULL AS emitted_untyped;
+\set VERBOSITY default
+EXECUTE untyped('roles.created', 'roles-4', '{1,2}');
+EXECUTE untyped('roles.created', 'roles-4', '{"{\"n\":1}","{\"n\":2}"}');
+EXECUTE untyped('roles.created', 'roles-4', 'plain text');
+EXECUTE untyped('roles.created', 'roles-4', NULL);
+-- a typed jsonb argument still reaches the jsonb form (and its errors)
+SELECT outbox.emit('roles.created', 'roles-4', '{1,2}'::jsonb);
+\set VERBOSITY terse
+DEALLOCATE untyped;
+RESET ROLE;
+-- the text form grants nothing by itself
+SET ROLE regress_outbox_nobody_r;
+SELECT try($$SELECT outbox.emit('roles.created', 'roles-5', '{}'::text)$$);
 RESET ROLE;
 
 --
@@ -241,4 +265,5 @@ SELECT try($$DROP ROLE outbox_writer$$) LIKE '2BP01:%' AS writer_still_in_use;
 
 DELETE FROM outbox.routes WHERE pattern = 'roles.*';
 DELETE FROM outbox.destinations WHERE name IN ('roles-d', 'roles-ordered');
-DROP ROLE regress_outbox_w, regress_outbox_m, regress_outbox_a;
+REVOKE USAGE ON SCHEMA outbox FROM regress_outbox_nobody_r;
+DROP ROLE regress_outbox_w, regress_outbox_m, regress_outbox_a, regress_outbox_nobody_r;

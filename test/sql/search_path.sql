@@ -170,6 +170,7 @@ SELECT outbox.emit('hp.t', 'a1', '{"k": 1}', headers => '{"x-h": "v"}',
                    traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01') IS NOT NULL AS emitted;
 SELECT outbox.emit('hp.t', 'a1', '{"k": 2}', destination => 'hp_d') AS second_id \gset
 SELECT outbox.emit('hp.u', 'a2', '{}', not_before => '2000-01-01') IS NOT NULL AS unrouted;
+SELECT outbox.emit('hp.t', 'a1', '{"k": 3}'::pg_catalog.jsonb) IS NOT NULL AS emitted_jsonb;
 SELECT outbox.route('hp.t') AS routed;
 SELECT outbox._route_pending() AS newly_routed;
 SELECT id AS leased_id FROM outbox._lease(1, '30 s', 'hp_d') \gset
