@@ -411,7 +411,11 @@ BEGIN
                       AND m.member OPERATOR(pg_catalog.=)
                           (SELECT oid FROM pg_catalog.pg_roles
                             WHERE rolname OPERATOR(pg_catalog.=) 'outbox_admin')) THEN
-        GRANT outbox_monitor TO outbox_admin;
+        BEGIN
+            GRANT outbox_monitor TO outbox_admin;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;               -- granted by a concurrent CREATE EXTENSION
+        END;
     END IF;
 END
 $$;

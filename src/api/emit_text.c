@@ -35,6 +35,7 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -45,6 +46,7 @@
 #include "utils/jsonb.h"
 
 #include "outbox_pg.h"
+#include "compat.h"
 #include "api/api.h"
 
 PG_FUNCTION_INFO_V1(outbox_emit_text);
@@ -131,8 +133,9 @@ outbox_emit_text(PG_FUNCTION_ARGS)
 	AclResult	aclresult;
 	Datum		result;
 
-	aclresult = pg_proc_aclcheck(emit_text_jsonb_form(fcinfo->flinfo->fn_oid),
-								 GetUserId(), ACL_EXECUTE);
+	aclresult = object_aclcheck(ProcedureRelationId,
+								emit_text_jsonb_form(fcinfo->flinfo->fn_oid),
+								GetUserId(), ACL_EXECUTE);
 	if (aclresult != ACLCHECK_OK)
 		aclcheck_error(aclresult, OBJECT_FUNCTION, "emit");
 
