@@ -456,7 +456,7 @@ GRANT EXECUTE ON FUNCTION
                 pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.timestamptz)
     TO PUBLIC;
 
-GRANT USAGE ON SCHEMA outbox, inbox TO outbox_writer, outbox_monitor, outbox_admin;
+GRANT USAGE ON SCHEMA outbox, inbox TO outbox_writer, outbox_monitor, outbox_admin, pg_monitor;
 
 -- outbox_writer.  emit(), claim() and receive() write through the
 -- executor and need no table privilege; wait_published() is SECURITY

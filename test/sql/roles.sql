@@ -13,6 +13,7 @@ SELECT rolname, rolcanlogin, rolsuper, rolinherit,
 CREATE ROLE regress_outbox_w LOGIN IN ROLE outbox_writer;
 CREATE ROLE regress_outbox_m LOGIN IN ROLE outbox_monitor;
 CREATE ROLE regress_outbox_a LOGIN IN ROLE outbox_admin;
+CREATE ROLE regress_outbox_pgm LOGIN IN ROLE pg_monitor;
 CREATE ROLE regress_outbox_nobody_r LOGIN;
 GRANT USAGE ON SCHEMA outbox TO regress_outbox_nobody_r;
 
@@ -192,6 +193,15 @@ SELECT try($$SELECT outbox.purge_dead(all_dead => true)$$);
 SELECT try($$SELECT outbox._claim(10, '1 minute', 'roles-d')$$);
 RESET ROLE;
 
+-- pg_monitor, as since 0.2.0, can do what outbox_monitor can
+SET ROLE regress_outbox_pgm;
+SELECT status IS NOT NULL AS health FROM outbox.health();
+SELECT count(*) > 0 AS stats FROM outbox.destination_stats;
+SELECT type, pending FROM inbox.message_stats WHERE type LIKE 'roles.%';
+SELECT try($$SELECT payload FROM outbox.events$$);
+SELECT try($$SELECT payload FROM inbox.messages$$);
+RESET ROLE;
+
 --
 -- outbox_admin
 --
@@ -266,4 +276,4 @@ SELECT try($$DROP ROLE outbox_writer$$) LIKE '2BP01:%' AS writer_still_in_use;
 DELETE FROM outbox.routes WHERE pattern = 'roles.*';
 DELETE FROM outbox.destinations WHERE name IN ('roles-d', 'roles-ordered');
 REVOKE USAGE ON SCHEMA outbox FROM regress_outbox_nobody_r;
-DROP ROLE regress_outbox_w, regress_outbox_m, regress_outbox_a, regress_outbox_nobody_r;
+DROP ROLE regress_outbox_w, regress_outbox_m, regress_outbox_a, regress_outbox_pgm, regress_outbox_nobody_r;
