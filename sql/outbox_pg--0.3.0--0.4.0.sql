@@ -426,13 +426,13 @@ REVOKE ALL ON ALL TABLES IN SCHEMA outbox, inbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA outbox, inbox FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox, inbox FROM PUBLIC;
 
--- outbox.emit() with a payload of type text (src/api/emit_text.c): the
--- form an untyped parameter resolves to, so that a payload that is not
--- JSON -- usually a JavaScript array that the driver sent as an array
--- literal such as '{1,2}' -- fails with a hint instead of failing while
--- the parameters are bound.  Typed jsonb arguments still reach the jsonb
--- form.  Granted to PUBLIC because it grants nothing: it requires EXECUTE
--- on the jsonb form.
+-- outbox.emit() and inbox.receive() with a payload of type text
+-- (src/api/payload_text.c): the forms an untyped parameter resolves to,
+-- so that a payload that is not JSON -- usually a JavaScript array that
+-- the driver sent as an array literal such as '{1,2}' -- fails with a
+-- hint instead of failing while the parameters are bound.  Typed jsonb
+-- arguments still reach the jsonb forms.  Granted to PUBLIC because they
+-- grant nothing: each requires EXECUTE on its jsonb form.
 CREATE FUNCTION outbox.emit(
     type            pg_catalog.text,
     aggregate_id    pg_catalog.text,
@@ -446,14 +446,30 @@ RETURNS pg_catalog.uuid
 AS 'MODULE_PATHNAME', 'outbox_emit_text'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+CREATE FUNCTION inbox.receive(
+    message_id      pg_catalog.text,
+    type            pg_catalog.text,
+    payload         pg_catalog.text,
+    aggregate_id    pg_catalog.text DEFAULT NULL,
+    headers         pg_catalog.jsonb DEFAULT NULL,
+    source          pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'inbox_receive_text'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 COMMENT ON FUNCTION outbox.emit(pg_catalog.text, pg_catalog.text, pg_catalog.text,
                                 pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
                                 pg_catalog.text, pg_catalog.timestamptz) IS
     'outbox.emit() for a payload given as text (an untyped parameter): parses it as jsonb, with a hint when it is not JSON.';
+COMMENT ON FUNCTION inbox.receive(pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                                  pg_catalog.text, pg_catalog.jsonb, pg_catalog.text) IS
+    'inbox.receive() for a payload given as text (an untyped parameter): parses it as jsonb, with a hint when it is not JSON.';
 
 GRANT EXECUTE ON FUNCTION
     outbox.emit(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
-                pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.timestamptz)
+                pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.timestamptz),
+    inbox.receive(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                  pg_catalog.jsonb, pg_catalog.text)
     TO PUBLIC;
 
 GRANT USAGE ON SCHEMA outbox, inbox TO outbox_writer, outbox_monitor, outbox_admin, pg_monitor;

@@ -15,7 +15,7 @@ CREATE ROLE regress_outbox_m LOGIN IN ROLE outbox_monitor;
 CREATE ROLE regress_outbox_a LOGIN IN ROLE outbox_admin;
 CREATE ROLE regress_outbox_pgm LOGIN IN ROLE pg_monitor;
 CREATE ROLE regress_outbox_nobody_r LOGIN;
-GRANT USAGE ON SCHEMA outbox TO regress_outbox_nobody_r;
+GRANT USAGE ON SCHEMA outbox, inbox TO regress_outbox_nobody_r;
 
 --
 -- Checks over every object that exists, so that objects a later section
@@ -151,6 +151,12 @@ EXECUTE untyped('roles.created', 'roles-4', '{1,2}');
 EXECUTE untyped('roles.created', 'roles-4', '{"{\"n\":1}","{\"n\":2}"}');
 EXECUTE untyped('roles.created', 'roles-4', 'plain text');
 EXECUTE untyped('roles.created', 'roles-4', NULL);
+-- the same for inbox.receive()
+PREPARE untyped_receive AS SELECT inbox.receive($1, $2, $3);
+SELECT parameter_types FROM pg_prepared_statements WHERE name = 'untyped_receive';
+EXECUTE untyped_receive('roles-m-4', 'roles.received', '[1, 2]');
+EXECUTE untyped_receive('roles-m-5', 'roles.received', '{1,2}');
+DEALLOCATE untyped_receive;
 -- a typed jsonb argument still reaches the jsonb form (and its errors)
 SELECT outbox.emit('roles.created', 'roles-4', '{1,2}'::jsonb);
 \set VERBOSITY terse
@@ -159,6 +165,7 @@ RESET ROLE;
 -- the text form grants nothing by itself
 SET ROLE regress_outbox_nobody_r;
 SELECT try($$SELECT outbox.emit('roles.created', 'roles-5', '{}'::text)$$);
+SELECT try($$SELECT inbox.receive('roles-m-6', 'roles.received', '{}'::text)$$);
 RESET ROLE;
 
 --
@@ -275,5 +282,5 @@ SELECT try($$DROP ROLE outbox_writer$$) LIKE '2BP01:%' AS writer_still_in_use;
 
 DELETE FROM outbox.routes WHERE pattern = 'roles.*';
 DELETE FROM outbox.destinations WHERE name IN ('roles-d', 'roles-ordered');
-REVOKE USAGE ON SCHEMA outbox FROM regress_outbox_nobody_r;
+REVOKE USAGE ON SCHEMA outbox, inbox FROM regress_outbox_nobody_r;
 DROP ROLE regress_outbox_w, regress_outbox_m, regress_outbox_a, regress_outbox_pgm, regress_outbox_nobody_r;

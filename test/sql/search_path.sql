@@ -233,6 +233,7 @@ SELECT (inbox.handler_for('hp.t')).pattern AS handler;
 SELECT inbox._pattern_matches('hp.*', 'hp.t') AS matches;
 SELECT inbox.receive('hp-m1', 'hp.t', '{}', 'a1', '{"x": "y"}', 'src') AS received;
 SELECT inbox.receive('hp-m2', 'hp.t', '{}') AS received;
+SELECT inbox.receive('hp-m3', 'hp.t', '{}'::pg_catalog.jsonb) AS received_jsonb;
 SELECT id FROM inbox._lease(10, '30 s') ORDER BY 1;
 UPDATE inbox.messages SET status = 'dead' WHERE id OPERATOR(pg_catalog.=) ANY (ARRAY['hp-m1', 'hp-m2']);
 SELECT inbox.redrive('hp-m1'), inbox.purge('hp-m2');
