@@ -255,9 +255,10 @@ SELECT try($$SELECT outbox._rotate_log('1 hour')$$);
 SELECT try($$TRUNCATE outbox.routes$$);
 RESET ROLE;
 
-SELECT aggregate_id, destination FROM outbox.events
+-- what the writer's calls stored (the text forms store the same jsonb)
+SELECT aggregate_id, destination, payload FROM outbox.events
  WHERE aggregate_id LIKE 'roles-%' ORDER BY aggregate_id;
-SELECT id FROM inbox.messages WHERE id LIKE 'roles-%';
+SELECT id, payload FROM inbox.messages WHERE id LIKE 'roles-%' ORDER BY id;
 
 --
 -- A second database: CREATE EXTENSION finds the roles and grants to them
