@@ -73,7 +73,8 @@ typedef struct PayloadTextForm
 
 static PayloadTextForm emit_form = {
 	OUTBOX_SCHEMA, "emit", 8,
-	{TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TIMESTAMPTZOID},
+	{TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID,
+	TIMESTAMPTZOID},
 	outbox_emit, InvalidOid, InvalidOid
 };
 
@@ -115,12 +116,9 @@ payload_text_to_jsonb(text *payload)
 		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
 			p++;
 		if (*p == '{')
-			edata->hint = pstrdup("The payload must be JSON text. A driver that sends a JavaScript array "
-								  "as a query parameter turns it into a PostgreSQL array literal such as "
-								  "'{1,2}': serialise the payload with JSON.stringify.");
+			edata->hint = pstrdup("The payload must be JSON text. A driver that sends a JavaScript array as a query parameter turns it into a PostgreSQL array literal such as '{1,2}': serialise the payload with JSON.stringify.");
 		else
-			edata->hint = pstrdup("The payload must be JSON text: serialise it with JSON.stringify "
-								  "(a JSON string keeps its double quotes).");
+			edata->hint = pstrdup("The payload must be JSON text: serialise it with JSON.stringify (a JSON string keeps its double quotes).");
 		ReThrowError(edata);
 	}
 	PG_END_TRY();
@@ -142,9 +140,11 @@ payload_text_call(FunctionCallInfo fcinfo, PayloadTextForm *form)
 	if (fcinfo->flinfo->fn_oid != form->text_oid ||
 		!OidIsValid(form->jsonb_oid))
 	{
-		form->jsonb_oid = LookupFuncName(list_make2(makeString(unconstify(char *, form->schema)),
-													makeString(unconstify(char *, form->name))),
-										 form->nargs, form->argtypes, false);
+		List	   *name = list_make2(makeString(pstrdup(form->schema)),
+									  makeString(pstrdup(form->name)));
+
+		form->jsonb_oid = LookupFuncName(name, form->nargs, form->argtypes,
+										 false);
 		form->text_oid = fcinfo->flinfo->fn_oid;
 	}
 	aclresult = object_aclcheck(ProcedureRelationId, form->jsonb_oid,
