@@ -353,3 +353,185 @@ LANGUAGE C VOLATILE;
 
 REVOKE ALL ON FUNCTION outbox._trim_batches() FROM PUBLIC;
 -- end of insert-only store (issue #21)
+
+------------------------------------------------------------------------
+-- predefined roles (issue #18) -- keep this section last: it grants
+-- on objects the sections above define
+------------------------------------------------------------------------
+
+-- Three NOLOGIN roles an administrator grants to login roles:
+--
+--   outbox_writer   the application: emit(), inbox.claim(),
+--                   inbox.receive(), wait_published() -- and nothing to
+--                   read; an event is "its own" in that it holds its id
+--   outbox_monitor  health, metrics, statistics, destination and worker
+--                   state: no payloads, no secrets, no configuration
+--   outbox_admin    destinations, routes and credentials; pause and
+--                   resume; dead letters (list, redrive, purge, with
+--                   their payloads) and release_aggregate; it is a
+--                   member of outbox_monitor
+--
+-- Roles are cluster-wide and belong to no extension: the script creates
+-- them only if they do not exist (a CREATE EXTENSION in a second
+-- database, or one running at the same time, finds them), and DROP
+-- EXTENSION leaves them.  What they may do is granted here, per
+-- database, on objects of the extension (kept in pg_init_privs, so
+-- pg_dump does not repeat them).
+DO $$
+DECLARE
+    r pg_catalog.text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['outbox_writer', 'outbox_monitor', 'outbox_admin']
+    LOOP
+        IF EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) r) THEN
+            -- made by an earlier CREATE EXTENSION, or by an administrator:
+            -- use it, but say so when it is more than a group role
+            IF EXISTS (SELECT FROM pg_catalog.pg_roles
+                        WHERE rolname OPERATOR(pg_catalog.=) r
+                          AND (rolcanlogin OR rolsuper OR rolcreaterole
+                               OR rolcreatedb OR rolbypassrls OR rolreplication)) THEN
+                RAISE WARNING 'role "%" already exists and is more than a group role', r
+                    USING DETAIL = 'It can log in or has attributes beyond NOLOGIN; the extension grants to it all the same.',
+                          HINT = pg_catalog.format('Check that "%s" is the role you mean to hold the privileges of the outbox.', r);
+            END IF;
+            CONTINUE;
+        END IF;
+        BEGIN
+            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;               -- created by a concurrent CREATE EXTENSION
+        END;
+    END LOOP;
+    -- an administrator also monitors (membership is cluster-wide, too)
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_auth_members m
+                    WHERE m.roleid OPERATOR(pg_catalog.=)
+                          (SELECT oid FROM pg_catalog.pg_roles
+                            WHERE rolname OPERATOR(pg_catalog.=) 'outbox_monitor')
+                      AND m.member OPERATOR(pg_catalog.=)
+                          (SELECT oid FROM pg_catalog.pg_roles
+                            WHERE rolname OPERATOR(pg_catalog.=) 'outbox_admin')) THEN
+        BEGIN
+            GRANT outbox_monitor TO outbox_admin;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;               -- granted by a concurrent CREATE EXTENSION
+        END;
+    END IF;
+END
+$$;
+
+-- Whatever the sections above created is not for PUBLIC (as in every
+-- release before): functions are executable by PUBLIC by default.
+REVOKE ALL ON ALL TABLES IN SCHEMA outbox, inbox FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA outbox, inbox FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox, inbox FROM PUBLIC;
+
+-- outbox.emit() and inbox.receive() with a payload of type text
+-- (src/api/payload_text.c): the forms an untyped parameter resolves to,
+-- so that a payload that is not JSON -- usually a JavaScript array that
+-- the driver sent as an array literal such as '{1,2}' -- fails with a
+-- hint instead of failing while the parameters are bound.  Typed jsonb
+-- arguments still reach the jsonb forms.  Granted to PUBLIC because they
+-- grant nothing: each requires EXECUTE on its jsonb form.
+CREATE FUNCTION outbox.emit(
+    type            pg_catalog.text,
+    aggregate_id    pg_catalog.text,
+    payload         pg_catalog.text,
+    aggregate_type  pg_catalog.text DEFAULT NULL,
+    destination     pg_catalog.text DEFAULT NULL,
+    headers         pg_catalog.jsonb DEFAULT NULL,
+    traceparent     pg_catalog.text DEFAULT NULL,
+    not_before      pg_catalog.timestamptz DEFAULT NULL)
+RETURNS pg_catalog.uuid
+AS 'MODULE_PATHNAME', 'outbox_emit_text'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION inbox.receive(
+    message_id      pg_catalog.text,
+    type            pg_catalog.text,
+    payload         pg_catalog.text,
+    aggregate_id    pg_catalog.text DEFAULT NULL,
+    headers         pg_catalog.jsonb DEFAULT NULL,
+    source          pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'inbox_receive_text'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION outbox.emit(pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                                pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                                pg_catalog.text, pg_catalog.timestamptz) IS
+    'outbox.emit() for a payload given as text (an untyped parameter): parses it as jsonb, with a hint when it is not JSON.';
+COMMENT ON FUNCTION inbox.receive(pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                                  pg_catalog.text, pg_catalog.jsonb, pg_catalog.text) IS
+    'inbox.receive() for a payload given as text (an untyped parameter): parses it as jsonb, with a hint when it is not JSON.';
+
+GRANT EXECUTE ON FUNCTION
+    outbox.emit(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.timestamptz),
+    inbox.receive(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                  pg_catalog.jsonb, pg_catalog.text)
+    TO PUBLIC;
+
+GRANT USAGE ON SCHEMA outbox, inbox TO outbox_writer, outbox_monitor, outbox_admin, pg_monitor;
+
+-- outbox_writer.  emit(), claim() and receive() write through the
+-- executor and need no table privilege; wait_published() is SECURITY
+-- DEFINER and answers only whether the event of a given id is published.
+-- Event ids are random UUIDs that only emit() hands out: the events a
+-- writer can wait for are those whose id it was given, and it cannot list
+-- or read any event, claim or inbox message.
+GRANT EXECUTE ON FUNCTION
+    outbox.emit(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text,
+                pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.timestamptz),
+    outbox.wait_published(pg_catalog.uuid, pg_catalog.interval),
+    inbox.claim(pg_catalog.text, pg_catalog.text, pg_catalog.interval),
+    inbox.receive(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text,
+                  pg_catalog.jsonb, pg_catalog.text)
+    TO outbox_writer;
+
+-- outbox_monitor, and pg_monitor as since 0.2.0 (granted again here in
+-- case a section above replaced an object): the views and SECURITY
+-- DEFINER functions read the tables with the owner's rights and show
+-- counts, ages, states and times -- no payload, header, URL, secret or
+-- peer error text.  No privilege on any table.
+GRANT EXECUTE ON FUNCTION
+    outbox.health(),
+    outbox.metrics(),
+    outbox.workers(),
+    outbox.destination_runtime()
+    TO outbox_monitor, pg_monitor;
+GRANT SELECT ON outbox.destination_stats, inbox.message_stats
+    TO outbox_monitor, pg_monitor;
+
+-- outbox_admin: the configuration tables (they hold the secrets: an
+-- administrator who can point a destination elsewhere can have them sent
+-- there anyway), the releases and blocked aggregates of ordered
+-- destinations, and the operations.  inbox.handlers only to read: a
+-- handler is code that runs as its function's owner on every message,
+-- for the extension's owner to register.
+GRANT SELECT, INSERT, UPDATE, DELETE
+    ON outbox.destinations, outbox.routes, outbox.credentials
+    TO outbox_admin;
+-- Writing a destination fires outbox._stream_changed(), which keeps the
+-- store's rows of the destination (streams, batches): those are the
+-- owner's, so the trigger runs with the owner's rights.
+ALTER FUNCTION outbox._stream_changed() SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp;
+GRANT SELECT ON outbox.aggregate_releases, outbox.blocked_aggregates, inbox.handlers
+    TO outbox_admin;
+GRANT EXECUTE ON FUNCTION
+    outbox.route(pg_catalog.text),
+    outbox.pause(pg_catalog.text),
+    outbox.resume(pg_catalog.text),
+    outbox.dead_letters(pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                        pg_catalog.timestamptz, pg_catalog.timestamptz, pg_catalog.int4),
+    outbox.redrive(pg_catalog.uuid),
+    outbox.redrive_dead(pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                        pg_catalog.timestamptz, pg_catalog.timestamptz, pg_catalog.bool),
+    outbox.purge_dead(pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                      pg_catalog.timestamptz, pg_catalog.timestamptz, pg_catalog.bool),
+    outbox.release_aggregate(pg_catalog.text, pg_catalog.text),
+    inbox.redrive(pg_catalog.text),
+    inbox.purge(pg_catalog.text)
+    TO outbox_admin;
+-- end of predefined roles (issue #18)

@@ -29,6 +29,7 @@
 #include "parser/parse_relation.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "utils/acl.h"
 #include "utils/memutils.h"
 #if PG_VERSION_NUM >= 180000
 #include "storage/waiteventset.h"
@@ -50,6 +51,15 @@
 #define ExecInitRangeTable(estate, rangeTable, permInfos, unpruned_relids) \
 	((void) (unpruned_relids), \
 	 (ExecInitRangeTable) ((estate), (rangeTable), (permInfos)))
+#endif
+
+/*
+ * 16 replaced the ACL checks per catalog (pg_proc_aclcheck(), ...) with
+ * object_aclcheck(); only functions are checked here.
+ */
+#if PG_VERSION_NUM < 160000
+#define object_aclcheck(classid, objectid, roleid, mode) \
+	((void) (classid), pg_proc_aclcheck((objectid), (roleid), (mode)))
 #endif
 
 /* 16 added onlySummarizing (update only the summarizing indexes) */

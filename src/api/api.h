@@ -66,7 +66,11 @@ extern void OutboxEndInsert(OutboxInsertState *st);
 extern void OutboxLockAggregate(const char *destination,
 								const char *aggregate_id);
 
+/* inbox.c */
+extern Datum inbox_receive(PG_FUNCTION_ARGS);
+
 /* emit.c */
+extern Datum outbox_emit(PG_FUNCTION_ARGS);
 extern Datum OutboxPayloadArg(FunctionCallInfo fcinfo, int argno, bool event);
 
 #endif							/* OUTBOX_API_H */

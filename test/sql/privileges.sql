@@ -14,6 +14,11 @@ GRANT EXECUTE ON FUNCTION
 SET ROLE regress_outbox_app;
 SELECT outbox.emit('payment.created', 'priv-1', '{"amount": 1}') IS NOT NULL AS can_emit;
 SELECT outbox.emit('payment.created', 'priv-2', '{}', destination => 'audit') IS NOT NULL AS can_emit_to_destination;
+-- an untyped parameter (what drivers send) resolves to emit()'s text
+-- form, for which EXECUTE on the jsonb form is the grant too
+PREPARE priv_untyped AS SELECT outbox.emit($1, $2, $3) IS NOT NULL AS can_emit_untyped;
+EXECUTE priv_untyped('payment.created', 'priv-4', '{"amount": 4}');
+DEALLOCATE priv_untyped;
 SELECT inbox.claim('priv-m-1') AS can_claim;
 SELECT inbox.claim('priv-m-1') AS claim_dedupes;
 SELECT try($$SELECT * FROM outbox.events$$);

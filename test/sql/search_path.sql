@@ -170,6 +170,7 @@ SELECT outbox.emit('hp.t', 'a1', '{"k": 1}', headers => '{"x-h": "v"}',
                    traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01') IS NOT NULL AS emitted;
 SELECT outbox.emit('hp.t', 'a1', '{"k": 2}', destination => 'hp_d') AS second_id \gset
 SELECT outbox.emit('hp.u', 'a2', '{}', not_before => '2000-01-01') IS NOT NULL AS unrouted;
+SELECT outbox.emit('hp.t', 'a1', '{"k": 3}'::pg_catalog.jsonb) IS NOT NULL AS emitted_jsonb;
 SELECT outbox.route('hp.t') AS routed;
 SELECT outbox._route_pending() AS newly_routed;
 SELECT id AS leased_id FROM outbox._lease(1, '30 s', 'hp_d') \gset
@@ -232,6 +233,7 @@ SELECT (inbox.handler_for('hp.t')).pattern AS handler;
 SELECT inbox._pattern_matches('hp.*', 'hp.t') AS matches;
 SELECT inbox.receive('hp-m1', 'hp.t', '{}', 'a1', '{"x": "y"}', 'src') AS received;
 SELECT inbox.receive('hp-m2', 'hp.t', '{}') AS received;
+SELECT inbox.receive('hp-m3', 'hp.t', '{}'::pg_catalog.jsonb) AS received_jsonb;
 SELECT id FROM inbox._lease(10, '30 s') ORDER BY 1;
 UPDATE inbox.messages SET status = 'dead' WHERE id OPERATOR(pg_catalog.=) ANY (ARRAY['hp-m1', 'hp-m2']);
 SELECT inbox.redrive('hp-m1'), inbox.purge('hp-m2');
