@@ -648,7 +648,23 @@ static const char *claim_reread_sql =
 "              AND nb.seq OPERATOR(pg_catalog.=) $2) "
 STORE_EVENT_COLUMNS;
 
+/*
+ * An ordered destination has one batch in flight at a time (README.store,
+ * 3.1, "ordering"): after its stream is locked, its newest batch must be
+ * acknowledged before another is claimed.  Only the newest can be
+ * unacknowledged, since each claim checked this; an expired one is the
+ * recovery's.  One probe of batch_acks' primary key.
+ */
+static const char *claim_serial_sql =
+"SELECT 1 FROM (SELECT b.seq FROM outbox.batches AS b"
+"                WHERE b.destination OPERATOR(pg_catalog.=) $1"
+"                ORDER BY b.seq DESC LIMIT 1) AS p"
+" WHERE NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k"
+"                    WHERE k.destination OPERATOR(pg_catalog.=) $1"
+"                      AND k.seq OPERATOR(pg_catalog.=) p.seq)";
+
 static SPIPlanPtr claim_lock_plan = NULL;
+static SPIPlanPtr claim_serial_plan = NULL;
 static SPIPlanPtr claim_scan_plan = NULL;
 static SPIPlanPtr claim_insert_plan = NULL;
 static SPIPlanPtr claim_ack_plan = NULL;
@@ -767,6 +783,17 @@ store_text_column(uint64 row, int col)
 uint64
 OutboxStoreClaim(int batch_size, Interval *lease, const char *destination)
 {
+	return OutboxStoreClaimNext(batch_size, lease, destination, false);
+}
+
+/*
+ * OutboxStoreClaim, and with serial, nothing while the destination's newest
+ * batch is unacknowledged (the relay's claim of an ordered destination).
+ */
+uint64
+OutboxStoreClaimNext(int batch_size, Interval *lease, const char *destination,
+					 bool serial)
+{
 	Oid			lock_types[1] = {TEXTOID};
 	Oid			scan_types[2] = {TEXTOID, INT4OID};
 	Oid			insert_types[5] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, INTERVALOID};
@@ -790,6 +817,10 @@ OutboxStoreClaim(int batch_size, Interval *lease, const char *destination)
 	args[0] = CStringGetTextDatum(destination);
 	if (store_execute(WorkerKeepPlan(&claim_lock_plan, claim_lock_sql, 1, lock_types),
 					  args, NULL, SPI_OK_SELECT) == 0)
+		return 0;
+	if (serial &&
+		store_execute(WorkerKeepPlan(&claim_serial_plan, claim_serial_sql, 1, lock_types),
+					  args, NULL, SPI_OK_SELECT) > 0)
 		return 0;
 
 	args[1] = Int32GetDatum(batch_size + 1);
