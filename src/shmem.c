@@ -135,6 +135,30 @@ OutboxSlotSetError(RelaySlot *slot, const char *error)
 	pfree(safe);
 }
 
+/*
+ * Worker 0's rotation result (see RelaySlot).  blocked: the result is a
+ * reason the rotation could not truncate.
+ */
+void
+OutboxSlotSetRotation(RelaySlot *slot, const char *result, bool blocked,
+					  TimestampTz now)
+{
+	char	   *safe = OutboxPeerText(result, strlen(result), false, NULL,
+									  sizeof(slot->rotation) - 1);
+
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	strlcpy(slot->rotation, safe, sizeof(slot->rotation));
+	slot->rotation_checked_at = now;
+	if (strcmp(result, "rotated") == 0)
+		slot->rotated_at = now;
+	if (!blocked)
+		slot->rotation_blocked_since = 0;
+	else if (slot->rotation_blocked_since == 0)
+		slot->rotation_blocked_since = now;
+	LWLockRelease(outbox_shared->lock);
+	pfree(safe);
+}
+
 const char *
 OutboxRelayStateName(RelayState state)
 {

@@ -51,6 +51,23 @@ typedef struct RelaySlot
 	pg_atomic_uint64 config_generation; /* bumped by every commit that
 										 * changed dboid's destinations,
 										 * credentials or routes (wake.c) */
+
+	/*
+	 * Worker 0 only: the last result of the log's rotation (retention.c,
+	 * OutboxRotateLog): "rotated", "wait" (not due), "busy" (another
+	 * transaction holds the rotation row), "never" (outbox.retention = -1),
+	 * or why it is blocked: "writer" (a transaction that may still write to
+	 * the slot to be truncated is running), "locked" (a reader such as
+	 * pg_dump holds a lock on that slot), "unacknowledged: <destination>"
+	 * (that destination's position or unacknowledged batch still needs
+	 * rows of the slot: a paused, failing or slow destination), or
+	 * "failed: <error>".  rotation_blocked_since: when the current run of
+	 * blocked results began (0 while not blocked).
+	 */
+	char		rotation[OUTBOX_ERROR_LEN];
+	TimestampTz rotation_checked_at;
+	TimestampTz rotated_at;
+	TimestampTz rotation_blocked_since;
 } RelaySlot;
 
 typedef struct OutboxShared
@@ -68,6 +85,8 @@ extern void OutboxShmemInit(void);
 extern void OutboxSetLatchByProcno(int procno);
 extern void OutboxSlotSetState(RelaySlot *slot, RelayState state);
 extern void OutboxSlotSetError(RelaySlot *slot, const char *error);
+extern void OutboxSlotSetRotation(RelaySlot *slot, const char *result,
+								  bool blocked, TimestampTz now);
 extern const char *OutboxRelayStateName(RelayState state);
 
 #endif							/* OUTBOX_SHMEM_H */

@@ -347,7 +347,7 @@ static void
 relay_housekeeping_step(void)
 {
 	if (relay_slot->worker_number == 0)
-		WorkerHousekeeping(loop.now, relay_database_name);
+		WorkerHousekeeping(loop.now, relay_database_name, relay_slot);
 }
 
 /*

@@ -50,8 +50,6 @@
 
 static uint64 retention_expire_published(TimestampTz cutoff, int batch_size);
 
-/* how often worker 0 looks for expired rows when the last batch was short */
-#define RETENTION_INTERVAL_MS	1000
 
 PG_FUNCTION_INFO_V1(outbox_expire_published);
 PG_FUNCTION_INFO_V1(outbox__rotate_log);
@@ -69,8 +67,6 @@ static const char *expire_sql =
 "           FOR UPDATE SKIP LOCKED))";
 
 static SPIPlanPtr expire_plan = NULL;
-static TimestampTz retention_last_run = 0;
-static bool retention_more = false;
 
 /*
  * Delete up to batch_size published rows published before cutoff.
@@ -99,49 +95,6 @@ retention_expire_published(TimestampTz cutoff, int batch_size)
 	if (ret != SPI_OK_DELETE)
 		elog(ERROR, "outbox retention failed: %s", SPI_result_code_string(ret));
 	return SPI_processed;
-}
-
-/* One batch of OutboxRetentionStep(), in its subtransaction. */
-static void
-retention_batch(void *arg)
-{
-	TimestampTz now = *(TimestampTz *) arg;
-	uint64		n;
-
-	n = retention_expire_published(now - (int64) outbox_retention * USECS_PER_SEC,
-							  outbox_retention_batch);
-	retention_more = (n >= (uint64) outbox_retention_batch);
-}
-
-/*
- * One retention batch, if it is time.  Called by relay worker 0 inside its
- * lease transaction (connected to SPI, the events table locked).  The
- * batch runs in a subtransaction: if it fails (a user trigger on the
- * table, a lock timeout) the error is logged and delivery goes on.
- */
-void
-OutboxRetentionStep(TimestampTz now)
-{
-	ErrorData  *edata;
-
-	if (outbox_retention < 0)
-		return;
-	if (!retention_more &&
-		!TimestampDifferenceExceeds(retention_last_run, now, RETENTION_INTERVAL_MS))
-		return;
-	retention_last_run = now;
-	retention_more = false;
-
-	if (WorkerRunInSubtransaction(retention_batch, &now, &edata))
-		return;
-	ereport(LOG,
-			(errcode(edata->sqlerrcode),
-			 errmsg("outbox_pg retention of published events failed: %s",
-					edata->message),
-			 edata->detail ? errdetail_internal("%s", edata->detail) : 0,
-			 errhint("Delivery continues; retention is tried again in %d ms.",
-					 RETENTION_INTERVAL_MS)));
-	FreeErrorData(edata);
 }
 
 /*

@@ -83,7 +83,8 @@ extern void WorkerReportCycleError(WorkerErrorThrottle *throttle,
 								   const char *context_fmt,...) pg_attribute_printf(4, 5);
 
 /* housekeeping.c */
-extern void WorkerHousekeeping(TimestampTz now, const char *database_name);
+extern void WorkerHousekeeping(TimestampTz now, const char *database_name,
+							   RelaySlot *slot);
 
 /* retention.c (the insert-only store's rotation) */
 extern char *OutboxRotateLog(Interval *every);
@@ -118,8 +119,5 @@ extern uint64 OutboxStoreRetriesDead(Datum ids, Datum statuses, Datum errors,
 
 /* version.c */
 extern bool OutboxRelayVersionMatches(RelaySlot *slot, bool *missing);
-
-/* retention.c */
-extern void OutboxRetentionStep(TimestampTz now);
 
 #endif							/* OUTBOX_WORKER_H */
