@@ -32,6 +32,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -79,7 +80,10 @@ outbox_shmem_startup(void)
 			pg_atomic_init_u64(&outbox_shared->slots[i].published, 0);
 			pg_atomic_init_u64(&outbox_shared->slots[i].failed, 0);
 			pg_atomic_init_u64(&outbox_shared->slots[i].config_generation, 0);
+			pg_atomic_init_u64(&outbox_shared->slots[i].wake_generation, 0);
 		}
+		for (int i = 0; i < OUTBOX_EMIT_COUNTERS; i++)
+			pg_atomic_init_u64(&outbox_shared->emitted[i], 0);
 	}
 	OutboxDestStatsShmemStartup();
 	LWLockRelease(AddinShmemInitLock);
@@ -133,6 +137,17 @@ OutboxSlotSetError(RelaySlot *slot, const char *error)
 	slot->last_error_at = GetCurrentTimestamp();
 	LWLockRelease(outbox_shared->lock);
 	pfree(safe);
+}
+
+/* The emitted-generation counter of a destination of a database. */
+int
+OutboxEmitCounterIndex(Oid dboid, const char *destination)
+{
+	uint32		h = hash_bytes((const unsigned char *) destination,
+							   (int) strlen(destination));
+
+	h = hash_combine(h, hash_bytes_uint32((uint32) dboid));
+	return (int) (h % OUTBOX_EMIT_COUNTERS);
 }
 
 /*

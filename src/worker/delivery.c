@@ -106,7 +106,12 @@ typedef struct RelayDestination
 	bool		probing;		/* the circuit's probe is among them */
 	int			batches;		/* its log batches in flight here */
 	List	   *waiting;		/* claimed, not started yet (in order) */
-	TimestampTz recover_at;		/* its next recovery scan */
+	/* when to claim it (issue #19; see DeliveryLease) */
+	int			counter;		/* its emitted generation (shmem.h) */
+	uint64		seen_generation;	/* ... at its last claim that drained */
+	bool		busy;			/* its last claim was full: claim again */
+	bool		due;			/* the sweep found due work */
+	TimestampTz retry_due;		/* the earliest retry this relay wrote; 0: none */
 
 	DestStats  *stats;			/* ops: statistics and the circuit (deststats.c) */
 
@@ -240,6 +245,10 @@ static int	config_lease_ms = 0;	/* the slowest destination's lease */
 MemoryContext relay_events_context = NULL;
 
 static int	total_in_flight = 0;
+
+/* the due-work sweep (DeliveryLease): when, and the wake generation seen */
+static TimestampTz sweep_at = 0;
+static uint64 sweep_wake_generation = 0;
 static pg_prng_state prng;
 static SPIPlanPtr destinations_plan = NULL;
 
@@ -445,7 +454,11 @@ delivery_destination(const char *name)
 		rd->probing = false;
 		rd->batches = 0;
 		rd->waiting = NIL;
-		rd->recover_at = 0;
+		rd->counter = OutboxEmitCounterIndex(MyDatabaseId, name);
+		rd->seen_generation = 0;
+		rd->busy = false;
+		rd->due = false;
+		rd->retry_due = 0;
 		rd->stats = NULL;
 		rd->paused = false;
 		rd->unusable_logged_at = 0;
@@ -696,6 +709,7 @@ delivery_reload(void)
 	config_lease_ms = lease_ms;
 	config_generation = config_seen_generation;
 	config_loaded_at = GetCurrentTimestamp();
+	sweep_at = 0;				/* new destinations: look at all of them */
 	config_load_ms = (config_loaded_at - start) / 1000;
 	config_valid = true;
 }
@@ -1073,16 +1087,53 @@ delivery_pump(RelayDestination *rd)
 }
 
 /*
- * Lease due work of every destination with free capacity, and turn what
- * may start into requests (started after the commit, by the caller): due
- * outbox.retries rows first, then, once per lease margin, a batch of the
- * log whose lease ran out unacknowledged (recovery), else a new batch
- * claimed from the destination's position (store.c).  An ordered
- * destination has one batch in flight at a time.  Every event counts as
- * in flight as soon as it exists, and waits on its destination's list
- * until it is started; if anything fails later in the cycle the error
- * path frees every one of them (DeliveryDropWaiting; their lease rolls
- * back with the transaction).
+ * The sweep: mark the destinations with due work (store.c,
+ * OutboxStoreDueDestinations), once per poll interval, after the
+ * destinations were loaded again, and when a commit woke the relays
+ * without naming its destinations (wake.c).
+ */
+static void
+delivery_sweep(TimestampTz now)
+{
+	uint64		wake = pg_atomic_read_u64(&relay_slot->wake_generation);
+	uint64		n;
+
+	if (now < sweep_at && wake == sweep_wake_generation)
+		return;
+	sweep_wake_generation = wake;
+	sweep_at = TimestampTzPlusMilliseconds(now, outbox_poll_interval);
+	n = OutboxStoreDueDestinations();
+	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[i],
+										SPI_tuptable->tupdesc, 1);
+		RelayDestination *rd = hash_search(destinations, name, HASH_FIND, NULL);
+
+		if (rd != NULL)
+			rd->due = true;
+	}
+}
+
+/*
+ * Lease due work of the destinations that have some and free capacity,
+ * and turn what may start into requests (started after the commit, by the
+ * caller): due outbox.retries rows first, then a batch of the log whose
+ * lease ran out unacknowledged (recovery, when the sweep found one), else
+ * a new batch claimed from the destination's position (store.c).  An
+ * ordered destination has one batch in flight at a time.
+ *
+ * Issue #19: a pass costs per destination with due work.  A destination
+ * is claimed when its emitted generation (bumped by emit()'s commit,
+ * wake.c) moved since its last claim that drained it, when that claim was
+ * full (busy: claimed again at once), when a retry this relay wrote is
+ * due, or when the sweep found due work; the others cost an atomic read.
+ * Paused and circuit-open destinations are not claimed (their flags stay
+ * until they are).
+ *
+ * Every event counts as in flight as soon as it exists, and waits on its
+ * destination's list until it is started; if anything fails later in the
+ * cycle the error path frees every one of them (DeliveryDropWaiting;
+ * their lease rolls back with the transaction).
  */
 void
 DeliveryLease(List *dests, bool *drained, List **leased)
@@ -1092,52 +1143,59 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 	Interval   *lease = delivery_lease_interval();
 
 	*drained = true;
+	delivery_sweep(now);
 	foreach(lc, dests)
 	{
 		LoadedDestination *d = lfirst(lc);
 		RelayDestination *rd = d->dest;
+		uint64		generation = pg_atomic_read_u64(&outbox_shared->emitted[rd->counter]);
+		bool		retry_due = (rd->retry_due != 0 && now >= rd->retry_due);
 		bool		probe = false;
-		int			want = relay_capacity(rd, now, &probe);
+		bool		recover = rd->due;
+		int			want;
 		uint64		n;
+		uint64		m = 0;
 		List	   *ready;
 		MemoryContext old;
 
+		if (!rd->busy && !rd->due && !retry_due &&
+			generation == rd->seen_generation)
+			continue;
+		want = relay_capacity(rd, now, &probe);
 		if (want <= 0)
 			continue;
+
 		n = OutboxStoreRetriesLease(want, lease, d->name);
 		if (n > 0)
 			delivery_queue_rows(d, rd, probe, NULL, n);
-		if (n >= (uint64) want)
-		{
-			if (!probe)
-				*drained = false;
-		}
-		else if (!(d->ordered && rd->batches > 0))
+		if (n < (uint64) want && !(d->ordered && rd->batches > 0))
 		{
 			int			rest = want - (int) n;
-			bool		more = (n == 0 && probe);
-			uint64		m = 0;
 
-			if (now >= rd->recover_at)
-			{
-				rd->recover_at = TimestampTzPlusMilliseconds(now, outbox_lease_margin);
+			if (recover)
 				m = OutboxStoreClaimRecover(lease, d->name, 0);
-				if (m > 0)
-					*drained = false;	/* there may be more */
-			}
 			if (m == 0)
-			{
 				m = OutboxStoreClaimNext(rest, lease, d->name, d->ordered);
-				if (m >= (uint64) rest && !probe)
-					*drained = false;
-			}
 			if (m > 0)
-				delivery_queue_rows(d, rd, more, delivery_new_batch(rd, m), m);
-			else if (more)
-				OutboxCircuitReleaseProbe(rd->stats);	/* nothing to probe with */
+				delivery_queue_rows(d, rd, probe && n == 0,
+									delivery_new_batch(rd, m), m);
 		}
-		else if (probe && n == 0)
-			OutboxCircuitReleaseProbe(rd->stats);
+		if (probe && n == 0 && m == 0)
+			OutboxCircuitReleaseProbe(rd->stats);	/* nothing to probe with */
+
+		if (n + m >= (uint64) want && !probe)
+		{
+			rd->busy = true;	/* there may be more: again at once */
+			*drained = false;
+		}
+		else if (!probe)
+		{
+			rd->busy = false;
+			rd->due = false;
+			rd->seen_generation = generation;
+			if (retry_due)
+				rd->retry_due = 0;
+		}
 
 		ready = delivery_pump(rd);
 		old = MemoryContextSwitchTo(relay_events_context);
@@ -1543,6 +1601,14 @@ delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead,
 	relay_commit();
 }
 
+/* A retry of the destination is due at at: claim it then. */
+static void
+delivery_note_retry(RelayDestination *rd, TimestampTz at)
+{
+	if (rd->retry_due == 0 || at < rd->retry_due)
+		rd->retry_due = at;
+}
+
 /*
  * A log event of an ordered destination did not go through: the later
  * events of its aggregate in its batch were never sent, and go to
@@ -1561,6 +1627,7 @@ delivery_hold_chain(RelayEvent *ev, TimestampTz now, List **batches)
 
 		rd->waiting = list_delete_ptr(rd->waiting, next);
 		batch_add_failed(next->batch, next, now, 0, 0, NULL);
+		delivery_note_retry(rd, now);
 		if (batch_note_recorded(next))
 			*batches = lappend(*batches, next->batch);
 		DeliveryFreeEvent(next);	/* unlinks it from its neighbours */
@@ -1620,8 +1687,12 @@ DeliveryRecord(List *done)
 			if (outcome == OUTCOME_ACK)
 				record_rows_add(&ack, ev, now, NULL);
 			else if (outcome == OUTCOME_RETRY)
-				record_rows_add(&retry, ev, delivery_retry_at(ev, now),
-								relay_error_text(ev));
+			{
+				TimestampTz at = delivery_retry_at(ev, now);
+
+				record_rows_add(&retry, ev, at, relay_error_text(ev));
+				delivery_note_retry(ev->dest, at);
+			}
 			else
 				record_rows_add(&dead, ev, now, relay_error_text(ev));
 			continue;
@@ -1636,9 +1707,13 @@ DeliveryRecord(List *done)
 		else
 		{
 			if (outcome == OUTCOME_RETRY)
-				batch_add_failed(ev->batch, ev, delivery_retry_at(ev, now),
-								 ev->outage ? 0 : 1, status,
+			{
+				TimestampTz at = delivery_retry_at(ev, now);
+
+				batch_add_failed(ev->batch, ev, at, ev->outage ? 0 : 1, status,
 								 relay_error_text(ev));
+				delivery_note_retry(ev->dest, at);
+			}
 			else
 				batch_add_dead(ev->batch, ev, status, relay_error_text(ev));
 			delivery_hold_chain(ev, now, &batches);

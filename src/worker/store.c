@@ -928,6 +928,55 @@ OutboxStoreClaimRecover(Interval *lease, const char *destination, int64 low_seq)
 }
 
 /*
+ * The destinations with due work (issue #19): events past their position
+ * (a probe per xid of the position's xip, and one of the (destination,
+ * xid) index from its xmax: a few index probes per destination), a due
+ * outbox.retries row that is not leased, or a batch whose lease ran out
+ * unacknowledged.  The relay runs it once per poll interval, as the
+ * safety net under the emitted generations (wake.c): it finds what no
+ * commit of emit() announced (retries coming due, COPY, COMMIT PREPARED,
+ * a relay that died).  An event of a transaction still running counts: a
+ * claim that finds nothing, at most once per poll.
+ */
+static const char *due_destinations_sql =
+"SELECT s.destination FROM outbox.streams AS s"
+" CROSS JOIN LATERAL (SELECT b.to_snap FROM outbox.batches AS b"
+"                      WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
+"                      ORDER BY b.seq DESC LIMIT 1) AS p"
+" WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_snapshot_xip(p.to_snap) AS q(xid)"
+"                WHERE EXISTS (SELECT 1 FROM outbox.log AS l"
+"                               WHERE l.destination OPERATOR(pg_catalog.=) s.destination"
+"                                 AND l.xid OPERATOR(pg_catalog.=) q.xid))"
+"    OR EXISTS (SELECT 1 FROM outbox.log AS l"
+"                WHERE l.destination OPERATOR(pg_catalog.=) s.destination"
+"                  AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmax(p.to_snap))"
+"    OR EXISTS (SELECT 1 FROM outbox.retries AS r"
+"                WHERE r.destination OPERATOR(pg_catalog.=) s.destination"
+"                  AND r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+"                  AND (r.leased_until IS NULL"
+"                       OR r.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()))"
+"    OR EXISTS (SELECT 1 FROM outbox.batches AS b"
+"                WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
+"                  AND b.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()"
+"                  AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k"
+"                                   WHERE k.destination OPERATOR(pg_catalog.=) b.destination"
+"                                     AND k.seq OPERATOR(pg_catalog.=) b.seq))";
+
+static SPIPlanPtr due_destinations_plan = NULL;
+
+/*
+ * The names of the destinations with due work, left in SPI_tuptable
+ * (one text column); returns their number.
+ */
+uint64
+OutboxStoreDueDestinations(void)
+{
+	return store_execute(WorkerKeepPlan(&due_destinations_plan,
+										due_destinations_sql, 0, NULL),
+						 NULL, NULL, SPI_OK_SELECT);
+}
+
+/*
  * SQL wrappers of the insert-only store, for tests.  Internal: not
  * granted to anyone.
  */

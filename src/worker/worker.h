@@ -102,6 +102,7 @@ extern uint64 OutboxStoreClaim(int batch_size, Interval *lease,
 							   const char *destination);
 extern uint64 OutboxStoreClaimNext(int batch_size, Interval *lease,
 								   const char *destination, bool serial);
+extern uint64 OutboxStoreDueDestinations(void);
 extern bool OutboxStoreClaimAck(const char *destination, int64 seq,
 								Datum failed, Datum due_at, Datum attempts,
 								Datum statuses, Datum errors, Datum dead,
