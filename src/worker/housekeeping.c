@@ -190,15 +190,13 @@ housekeeping_check_backlog(const char *database_name)
 		bool		isnull;
 
 		WorkerKeepPlan(&backlog_plan,
-					   "SELECT coalesce(e.destination, '(unrouted)'),"
+					   "SELECT coalesce(b.destination, '(unrouted)'),"
 					   "       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-)"
-					   "                                     pg_catalog.min(e.created_at)),"
-					   "       pg_catalog.count(*)"
-					   "  FROM outbox.events AS e"
-					   " WHERE e.status OPERATOR(pg_catalog.=) 'pending'"
-					   "   AND (e.attempts OPERATOR(pg_catalog.>) 0"
-					   "        OR e.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
-					   " GROUP BY e.destination ORDER BY 2 DESC LIMIT 1",
+					   "                                     b.oldest_pending_at),"
+					   "       b.pending"
+					   "  FROM outbox._destination_backlog AS b"
+					   " WHERE b.oldest_pending_at IS NOT NULL"
+					   " ORDER BY 2 DESC LIMIT 1",
 					   0, NULL);
 		if (SPI_execute_plan(backlog_plan, NULL, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not measure the outbox backlog");

@@ -193,6 +193,8 @@ static const char *rotation_orphans_sql =
 " WHERE l.slot OPERATOR(pg_catalog.=) $1"
 "   AND NOT EXISTS (SELECT 1 FROM outbox.streams AS s"
 "                    WHERE s.destination OPERATOR(pg_catalog.=) l.destination)"
+"   AND NOT EXISTS (SELECT 1 FROM outbox.settled_events AS z"
+"                    WHERE z.id OPERATOR(pg_catalog.=) l.id)"
 "    ON CONFLICT (id) DO NOTHING";
 
 static const char *rotation_switch_sql =
