@@ -1114,6 +1114,22 @@ delivery_sweep(TimestampTz now)
 	}
 }
 
+/* delivery_pump(), onto the lease step's list of events to start */
+static void
+delivery_pump_into(RelayDestination *rd, List **leased)
+{
+	List	   *ready;
+	MemoryContext old;
+
+	if (rd->waiting == NIL)
+		return;
+	ready = delivery_pump(rd);
+	old = MemoryContextSwitchTo(relay_events_context);
+	*leased = list_concat(*leased, ready);
+	MemoryContextSwitchTo(old);
+	list_free(ready);
+}
+
 /*
  * Lease due work of the destinations that have some and free capacity,
  * and turn what may start into requests (started after the commit, by the
@@ -1155,15 +1171,19 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 		int			want;
 		uint64		n;
 		uint64		m = 0;
-		List	   *ready;
-		MemoryContext old;
 
 		if (!rd->busy && !rd->due && !retry_due &&
 			generation == rd->seen_generation)
+		{
+			delivery_pump_into(rd, leased);
 			continue;
+		}
 		want = relay_capacity(rd, now, &probe);
 		if (want <= 0)
+		{
+			delivery_pump_into(rd, leased);
 			continue;
+		}
 
 		n = OutboxStoreRetriesLease(want, lease, d->name);
 		if (n > 0)
@@ -1197,11 +1217,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 				rd->retry_due = 0;
 		}
 
-		ready = delivery_pump(rd);
-		old = MemoryContextSwitchTo(relay_events_context);
-		*leased = list_concat(*leased, ready);
-		MemoryContextSwitchTo(old);
-		list_free(ready);
+		delivery_pump_into(rd, leased);
 	}
 }
 
@@ -1568,18 +1584,19 @@ batch_acknowledge(RelayBatch *b)
  * Write the rows (outbox.retries rows) and the acknowledgements of the
  * batches done, in a transaction of their own.
  */
-static void
+static List *
 delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead,
-			   List *batches)
+			   List *batches, List *touched)
 {
 	bool		missing;
 	ListCell   *lc;
+	List	   *ready = NIL;
 
 	if (!relay_begin(&missing))
 	{
 		/* extension gone or being dropped: the rows are gone or leased */
 		relay_commit();
-		return;
+		return NIL;
 	}
 	if (ack->n > 0)
 		OutboxStoreRetriesAck(uuid_array(ack->ids, ack->n));
@@ -1598,7 +1615,22 @@ delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead,
 							   timestamptz_array(dead->leases, dead->n));
 	foreach(lc, batches)
 		batch_acknowledge(lfirst(lc));
+
+	/*
+	 * What may start now is built here: signing may need the
+	 * transaction's resource owner.  It is started after the commit.
+	 */
+	foreach(lc, touched)
+	{
+		List	   *more = delivery_pump(lfirst(lc));
+		MemoryContext old = MemoryContextSwitchTo(relay_events_context);
+
+		ready = list_concat(ready, more);
+		MemoryContextSwitchTo(old);
+		list_free(more);
+	}
 	relay_commit();
+	return ready;
 }
 
 /* A retry of the destination is due at at: claim it then. */
@@ -1650,6 +1682,7 @@ DeliveryRecord(List *done)
 	RecordRows	dead;
 	List	   *batches = NIL;
 	List	   *touched = NIL;
+	List	   *ready;
 	int64		published = 0;
 	int64		failed = 0;
 	TimestampTz now = GetCurrentTimestamp();
@@ -1722,11 +1755,7 @@ DeliveryRecord(List *done)
 			batches = lappend(batches, ev->batch);
 	}
 
-	delivery_store(&ack, &retry, &dead, batches);
-	pg_atomic_fetch_add_u64(&relay_slot->published, published);
-	pg_atomic_fetch_add_u64(&relay_slot->failed, failed);
-
-	/* what may start now that these are done */
+	/* these are done: what they held back may start */
 	foreach(lc, done)
 	{
 		RelayEvent *ev = lfirst(lc);
@@ -1739,13 +1768,10 @@ DeliveryRecord(List *done)
 		if (ev->probe)
 			ev->dest->probing = false;
 	}
-	foreach(lc, touched)
-	{
-		List	   *ready = delivery_pump(lfirst(lc));
-		ListCell   *rc;
-
-		foreach(rc, ready)
-			DeliveryStart(lfirst(rc));
-		list_free(ready);
-	}
+	ready = delivery_store(&ack, &retry, &dead, batches, touched);
+	pg_atomic_fetch_add_u64(&relay_slot->published, published);
+	pg_atomic_fetch_add_u64(&relay_slot->failed, failed);
+	foreach(lc, ready)
+		DeliveryStart(lfirst(lc));
+	list_free(ready);
 }
