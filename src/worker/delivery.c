@@ -1005,6 +1005,8 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 	SPITupleTable *rows = SPI_tuptable;
 	RelayEvent **evs = palloc(Max(n, 1) * sizeof(RelayEvent *));
 	MemoryContext old;
+	int			rounds = 1;
+	int			chain = 1;
 
 	for (uint64 i = 0; i < n; i++)
 	{
@@ -1020,9 +1022,14 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 				if (evs[j]->msg.aggregate_id != NULL &&
 					strcmp(evs[j]->msg.aggregate_id, ev->msg.aggregate_id) == 0)
 				{
+					int			len = 2;
+
 					evs[j]->chain_next = ev;
 					ev->chain_prev = evs[j];
 					ev->blocked = true;
+					for (RelayEvent *p = evs[j]->chain_prev; p != NULL; p = p->chain_prev)
+						len++;
+					chain = Max(chain, len);
 					break;
 				}
 			}
@@ -1037,6 +1044,23 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 		MemoryContextSwitchTo(old);
 	}
 	pfree(evs);
+
+	/*
+	 * A batch sent in several rounds (more events than the destination's
+	 * concurrency, or an aggregate's events one after the other) gets a
+	 * lease for all of them, or the recovery would take it while it is
+	 * still being sent.
+	 */
+	if (batch != NULL && rd->max_concurrency > 0)
+		rounds = Max((int) ((n + rd->max_concurrency - 1) / rd->max_concurrency),
+					 chain);
+	if (rounds > 1)
+	{
+		Interval   *longer = palloc0(sizeof(Interval));
+
+		longer->time = (int64) config_lease_ms * 1000 * rounds;
+		OutboxStoreBatchLease(batch->destination, batch->seq, longer);
+	}
 }
 
 /*

@@ -160,9 +160,14 @@ static const char *rotation_read_sql =
 "  FROM outbox.rotation AS r"
 "   FOR UPDATE SKIP LOCKED";
 
-/* the first destination with a row in slot $1 its acknowledgement lacks */
+/*
+ * the first destination with a row in slot $1 its acknowledgement lacks,
+ * and whether it is paused
+ */
 static const char *rotation_unacked_sql =
-"SELECT a.destination FROM ("
+"SELECT a.destination, COALESCE((SELECT d.paused FROM outbox.destinations AS d"
+"                                 WHERE d.name OPERATOR(pg_catalog.=) a.destination), false)"
+"  FROM ("
 "    SELECT s.destination, COALESCE("
 "             (SELECT b.from_snap FROM outbox.batches AS b"
 "               WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
@@ -201,6 +206,10 @@ static const char *rotation_switch_sql =
 "UPDATE outbox.rotation"
 "   SET slot = $1, generation = generation OPERATOR(pg_catalog.+) 1,"
 "       switched_at = pg_catalog.now(), switch_xid = pg_catalog.pg_current_xact_id()";
+
+/* a paused destination's backlog: spilled in claims of this size, this often per try */
+#define ROTATION_SPILL_BATCH	10000
+#define ROTATION_MAX_SPILLS		10
 
 static SPIPlanPtr rotation_read_plan = NULL;
 static SPIPlanPtr rotation_unacked_plan = NULL;
@@ -245,13 +254,29 @@ OutboxRotateLog(Interval *every)
 	next = (current + 1) % OUTBOX_LOG_SLOTS;
 
 	args[0] = Int16GetDatum((int16) next);
-	if (SPI_execute_plan(WorkerKeepPlan(&rotation_unacked_plan, rotation_unacked_sql, 1,
-										slot_types),
-						 args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "outbox rotation statement failed");
-	if (SPI_processed > 0)
-		return psprintf("unacknowledged: %s",
-						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+
+	/*
+	 * A paused destination's backlog would keep the slot for as long as it
+	 * is paused: it is spilled to outbox.retries (a few claims that send
+	 * nothing), and looked at again.
+	 */
+	for (int spills = 0;; spills++)
+	{
+		char	   *destination;
+
+		if (SPI_execute_plan(WorkerKeepPlan(&rotation_unacked_plan, rotation_unacked_sql, 1,
+											slot_types),
+							 args, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "outbox rotation statement failed");
+		if (SPI_processed == 0)
+			break;
+		destination = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+										2, &isnull)) ||
+			spills >= ROTATION_MAX_SPILLS ||
+			!OutboxStoreClaimSpill(ROTATION_SPILL_BATCH, destination))
+			return psprintf("unacknowledged: %s", destination);
+	}
 	if (SPI_execute_plan(WorkerKeepPlan(&rotation_orphans_plan, rotation_orphans_sql, 1,
 										slot_types),
 						 args, NULL, false, 0) != SPI_OK_INSERT)

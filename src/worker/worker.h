@@ -103,6 +103,9 @@ extern uint64 OutboxStoreClaim(int batch_size, Interval *lease,
 extern uint64 OutboxStoreClaimNext(int batch_size, Interval *lease,
 								   const char *destination, bool serial);
 extern uint64 OutboxStoreDueDestinations(void);
+extern bool OutboxStoreClaimSpill(int batch_size, const char *destination);
+extern bool OutboxStoreBatchLease(const char *destination, int64 seq,
+								  Interval *lease);
 extern bool OutboxStoreClaimAck(const char *destination, int64 seq,
 								Datum failed, Datum due_at, Datum attempts,
 								Datum statuses, Datum errors, Datum dead,
