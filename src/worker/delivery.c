@@ -162,6 +162,7 @@ typedef struct RelayBatch
 	RelayDestination *dest;
 	char	   *destination;
 	int64		seq;
+	TimestampTz lease_end;		/* its lease, as far as this relay knows */
 	int			refs;			/* its events alive */
 	int			unrecorded;		/* its events without a result */
 	bool		abandoned;		/* never acknowledged by this relay */
@@ -969,6 +970,9 @@ delivery_new_batch(RelayDestination *rd, uint64 n)
 	b->seq = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										 SPI_tuptable->tupdesc,
 										 SPI_tuptable->tupdesc->natts, &isnull));
+	b->lease_end = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+													 SPI_tuptable->tupdesc, 10,
+													 &isnull));
 	b->f_ids = MemoryContextAlloc(cxt, n * sizeof(Datum));
 	b->f_due = MemoryContextAlloc(cxt, n * sizeof(Datum));
 	b->f_attempts = MemoryContextAlloc(cxt, n * sizeof(Datum));
@@ -1005,8 +1009,6 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 	SPITupleTable *rows = SPI_tuptable;
 	RelayEvent **evs = palloc(Max(n, 1) * sizeof(RelayEvent *));
 	MemoryContext old;
-	int			rounds = 1;
-	int			chain = 1;
 
 	for (uint64 i = 0; i < n; i++)
 	{
@@ -1022,14 +1024,9 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 				if (evs[j]->msg.aggregate_id != NULL &&
 					strcmp(evs[j]->msg.aggregate_id, ev->msg.aggregate_id) == 0)
 				{
-					int			len = 2;
-
 					evs[j]->chain_next = ev;
 					ev->chain_prev = evs[j];
 					ev->blocked = true;
-					for (RelayEvent *p = evs[j]->chain_prev; p != NULL; p = p->chain_prev)
-						len++;
-					chain = Max(chain, len);
 					break;
 				}
 			}
@@ -1044,23 +1041,6 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 		MemoryContextSwitchTo(old);
 	}
 	pfree(evs);
-
-	/*
-	 * A batch sent in several rounds (more events than the destination's
-	 * concurrency, or an aggregate's events one after the other) gets a
-	 * lease for all of them, or the recovery would take it while it is
-	 * still being sent.
-	 */
-	if (batch != NULL && rd->max_concurrency > 0)
-		rounds = Max((int) ((n + rd->max_concurrency - 1) / rd->max_concurrency),
-					 chain);
-	if (rounds > 1)
-	{
-		Interval   *longer = palloc0(sizeof(Interval));
-
-		longer->time = (int64) config_lease_ms * 1000 * rounds;
-		OutboxStoreBatchLease(batch->destination, batch->seq, longer);
-	}
 }
 
 /*
@@ -1092,6 +1072,31 @@ delivery_pump(RelayDestination *rd)
 		ready = lappend(ready, ev);
 	}
 	MemoryContextSwitchTo(old);
+
+	/*
+	 * A batch sent in several rounds (more events than the destination's
+	 * concurrency, or an aggregate's events one after the other): its
+	 * lease is renewed when a round starts that could outlast it, so the
+	 * recovery does not take it while it is still being sent.  In the
+	 * caller's transaction.
+	 */
+	foreach(lc, ready)
+	{
+		RelayEvent *ev = lfirst(lc);
+		TimestampTz now = GetCurrentTimestamp();
+		int			ms = ev->loaded->timeout_ms + outbox_lease_margin;
+
+		if (ev->batch != NULL &&
+			TimestampTzPlusMilliseconds(now, ms) > ev->batch->lease_end)
+		{
+			Interval   *lease = palloc0(sizeof(Interval));
+
+			lease->time = (int64) Max(ms, config_lease_ms) * 1000;
+			if (OutboxStoreBatchLease(ev->batch->destination, ev->batch->seq, lease))
+				ev->batch->lease_end =
+					TimestampTzPlusMilliseconds(now, Max(ms, config_lease_ms));
+		}
+	}
 
 	/* built per run of events loaded with the same configuration */
 	for (int i = 0; i < list_length(ready);)
