@@ -342,6 +342,9 @@ REVOKE ALL ON FUNCTION outbox._trim_batches() FROM PUBLIC;
 -- its published history stays readable through the view below (and is
 -- counted by destination_stats) until its retention; the move of its
 -- pending and dead rows into the store follows further down.
+-- Emitting transactions finish first, new ones wait, the relays' NOWAIT
+-- locks fail: nothing is written to the table while it moves.
+LOCK TABLE outbox.events IN EXCLUSIVE MODE;
 ALTER TABLE outbox.events RENAME TO events_0_3;
 COMMENT ON TABLE outbox.events_0_3 IS
     'outbox.events as 0.3 kept it: published history, shown by the view outbox.events; nothing writes here any more.';
@@ -965,3 +968,179 @@ DROP FUNCTION IF EXISTS outbox._dead(pg_catalog.uuid[], pg_catalog.int4[], pg_ca
 DROP FUNCTION IF EXISTS outbox._requeue(pg_catalog.uuid[], pg_catalog.timestamptz[], pg_catalog.int4[],
                                         pg_catalog.text[], pg_catalog.timestamptz[]);
 DROP FUNCTION IF EXISTS outbox._expire_published(pg_catalog.interval, pg_catalog.int4);
+
+-- The pending and dead rows of the 0.3 table move into the store (README.store,
+-- plan step 6); published rows stay there as history.  Run by this update
+-- and, for rows a backend still running the old library inserted after
+-- it, by the relay (worker 0) at each poll; returns how many rows moved.
+--   pending, never attempted, due and not leased -> the current log slot
+--       with this transaction's xid, in id order (the update's own xid is
+--       hidden by the seq-0 positions above, so they are claimed after it);
+--   attempted, leased, or due later -> outbox.retries (attempts, last
+--       status and error kept, due at greatest(next_attempt_at,
+--       leased_until), not leased);
+--   an event of an ordered aggregate behind one that went to retries ->
+--       outbox.retries too (attempts 0, due now: the retries lease takes
+--       an aggregate's head only), so the aggregate keeps its order;
+--   dead -> outbox.dead_events.
+CREATE FUNCTION outbox._move_events_0_3()
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cur int2;
+    locked int2;
+    moved int8 := 0;
+    n int8;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM outbox.events_0_3 AS e WHERE e.status = 'pending')
+       AND NOT EXISTS (SELECT 1 FROM outbox.events_0_3 AS e WHERE e.status = 'dead') THEN
+        RETURN 0;
+    END IF;
+    -- one mover at a time; inserts wait for the few milliseconds it takes
+    LOCK TABLE outbox.events_0_3 IN SHARE ROW EXCLUSIVE MODE;
+    -- the current slot, locked before it is trusted (as emit() does)
+    SELECT r.slot INTO cur FROM outbox.rotation AS r;
+    LOOP
+        EXECUTE format('LOCK TABLE outbox.log_%s IN ROW EXCLUSIVE MODE', cur);
+        locked := cur;
+        SELECT r.slot INTO cur FROM outbox.rotation AS r;
+        EXIT WHEN cur = locked;
+    END LOOP;
+
+    CREATE TEMP TABLE IF NOT EXISTS outbox_move (
+        id uuid PRIMARY KEY, target text NOT NULL) ON COMMIT DROP;
+    TRUNCATE outbox_move;
+    INSERT INTO outbox_move (id, target)
+    SELECT e.id,
+           CASE WHEN e.status = 'dead' THEN 'dead'
+                WHEN e.attempts > 0
+                  OR e.next_attempt_at > now()
+                  OR e.leased_until > now() THEN 'retry'
+                ELSE 'log' END
+      FROM outbox.events_0_3 AS e
+     WHERE e.status IN ('pending', 'dead');
+    -- ordered aggregates: what follows a head that went to retries waits
+    -- there behind it
+    UPDATE outbox_move AS m SET target = 'held'
+      FROM outbox.events_0_3 AS e
+     WHERE e.id = m.id AND m.target = 'log' AND e.ordering_key IS NOT NULL
+       AND EXISTS (SELECT 1 FROM outbox_move AS h JOIN outbox.events_0_3 AS p ON p.id = h.id
+                    WHERE h.target = 'retry'
+                      AND p.destination = e.destination
+                      AND p.ordering_key = e.ordering_key
+                      AND p.id < e.id);
+
+    EXECUTE format($f$
+        INSERT INTO outbox.log_%s (id, xid, type, aggregate_type, aggregate_id, payload, headers,
+                                   traceparent, destination, ordering_key, not_before, created_at)
+        SELECT e.id, pg_catalog.pg_current_xact_id(), e.type, e.aggregate_type, e.aggregate_id,
+               e.payload, e.headers, e.traceparent, e.destination, e.ordering_key, NULL,
+               e.created_at
+          FROM outbox.events_0_3 AS e JOIN outbox_move AS m ON m.id = e.id
+         WHERE m.target = 'log'
+         ORDER BY e.id
+            ON CONFLICT DO NOTHING$f$, cur);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    moved := moved + n;
+
+    INSERT INTO outbox.retries AS r
+           (id, type, aggregate_type, aggregate_id, payload, headers, traceparent, destination,
+            ordering_key, created_at, attempts, due_at, leased_until, last_status, last_error)
+    SELECT e.id, e.type, e.aggregate_type, e.aggregate_id, e.payload, e.headers, e.traceparent,
+           e.destination, e.ordering_key, e.created_at,
+           CASE WHEN m.target = 'held' THEN 0 ELSE e.attempts END,
+           CASE WHEN m.target = 'held' THEN now()
+                ELSE greatest(e.next_attempt_at, e.leased_until) END,
+           NULL, e.last_status, e.last_error
+      FROM outbox.events_0_3 AS e JOIN outbox_move AS m ON m.id = e.id
+     WHERE m.target IN ('retry', 'held')
+        ON CONFLICT (id) DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    moved := moved + n;
+
+    INSERT INTO outbox.dead_events AS d
+           (id, type, aggregate_type, aggregate_id, payload, headers, traceparent, destination,
+            ordering_key, created_at, attempts, due_at, leased_until, last_status, last_error)
+    SELECT e.id, e.type, e.aggregate_type, e.aggregate_id, e.payload, e.headers, e.traceparent,
+           e.destination, e.ordering_key, e.created_at, e.attempts, e.next_attempt_at, NULL,
+           e.last_status, e.last_error
+      FROM outbox.events_0_3 AS e JOIN outbox_move AS m ON m.id = e.id
+     WHERE m.target = 'dead'
+        ON CONFLICT (id) DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    moved := moved + n;
+
+    DELETE FROM outbox.events_0_3 AS e USING outbox_move AS m WHERE m.id = e.id;
+    DROP TABLE outbox_move;
+    IF moved > 0 THEN
+        PERFORM outbox._wake();
+    END IF;
+    RETURN moved;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox._move_events_0_3() FROM PUBLIC;
+
+SELECT outbox._move_events_0_3();
+
+-- pg_dump: the store's xids and snapshots belong to this cluster.  The
+-- streams, batches and acknowledgements are not dumped (a restored
+-- destination starts a new stream at the restore, see _stream_changed);
+-- the log is dumped without what its destinations acknowledged, and rows
+-- that arrive in a slot by COPY or INSERT ... SELECT with another
+-- transaction's xid (a restore) are given the inserting transaction's
+-- xid, so they are delivered after it like emitted ones.  Copies in
+-- retries and dead letters are dumped whole.  emit() inserts through the
+-- executor directly and does not fire the statement trigger.
+
+-- Is this log row still to be delivered (not acknowledged by its
+-- destination, not settled, no copy in retries or dead_events)?  For the
+-- dump condition of the slots.
+CREATE FUNCTION outbox._log_undelivered(id pg_catalog.uuid, destination pg_catalog.text,
+                                        xid pg_catalog.xid8)
+RETURNS pg_catalog.bool
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT NOT EXISTS (SELECT 1 FROM outbox.settled_events AS s WHERE s.id = $1)
+       AND NOT EXISTS (SELECT 1 FROM outbox.retries AS r WHERE r.id = $1)
+       AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS d WHERE d.id = $1)
+       AND (SELECT e.status FROM outbox.events AS e WHERE e.id = $1) IS DISTINCT FROM 'published';
+$$;
+
+REVOKE ALL ON FUNCTION outbox._log_undelivered(pg_catalog.uuid, pg_catalog.text, pg_catalog.xid8)
+    FROM PUBLIC;
+
+CREATE FUNCTION outbox._log_restamp()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('UPDATE %s AS l SET xid = pg_current_xact_id()'
+                   '  FROM arrived AS a'
+                   ' WHERE l.id = a.id AND a.xid <> pg_current_xact_id()',
+                   TG_RELID::regclass);
+    RETURN NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox._log_restamp() FROM PUBLIC;
+
+DO $$
+BEGIN
+    FOR slot IN 0 .. 2 LOOP
+        EXECUTE pg_catalog.format(
+            'CREATE TRIGGER log_%s_restamp AFTER INSERT ON outbox.log_%s'
+            ' REFERENCING NEW TABLE AS arrived'
+            ' FOR EACH STATEMENT EXECUTE FUNCTION outbox._log_restamp()', slot, slot);
+        PERFORM pg_catalog.pg_extension_config_dump(
+            pg_catalog.format('outbox.log_%s', slot)::pg_catalog.regclass,
+            'WHERE outbox._log_undelivered(id, destination, xid)');
+    END LOOP;
+END
+$$;
+SELECT pg_catalog.pg_extension_config_dump('outbox.retries', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.dead_events', '');
