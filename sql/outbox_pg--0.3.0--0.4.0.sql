@@ -425,6 +425,8 @@ SELECT l.id, l.type, l.aggregate_type, l.aggregate_id, l.payload, l.headers, l.t
                    AND a.seq OPERATOR(pg_catalog.=) t.seq
                  WHERE p.claimed
                    AND t.destination OPERATOR(pg_catalog.=) l.destination
+                   AND l.xid OPERATOR(pg_catalog.<) pg_catalog.pg_snapshot_xmax(t.to_snap)
+                   AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin(t.from_snap)
                    AND pg_catalog.pg_visible_in_snapshot(l.xid, t.to_snap)
                    AND NOT pg_catalog.pg_visible_in_snapshot(l.xid, t.from_snap)
                  ORDER BY t.seq DESC LIMIT 1) AS b ON true) AS c ON true
@@ -498,6 +500,57 @@ BEGIN
 END
 $$;
 
+-- The log rows of one destination past its position (all of them when it
+-- has none): how many, how many due, the oldest due one's creation.  A
+-- function, so that the backlog view's estimate stays small (its plan
+-- would otherwise be JIT-compiled at every scrape) and this plan cached.
+CREATE FUNCTION outbox._log_backlog(destination pg_catalog.text,
+                                    OUT pending pg_catalog.int8, OUT claimable pg_catalog.int8,
+                                    OUT oldest_claimable_at pg_catalog.timestamptz)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE ROWS 1 SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    pos pg_snapshot;
+BEGIN
+    SELECT t.to_snap INTO pos FROM outbox.batches AS t
+     WHERE t.destination = _log_backlog.destination ORDER BY t.seq DESC LIMIT 1;
+    RETURN QUERY
+    SELECT count(*),
+           count(*) FILTER (WHERE l.not_before IS NULL OR l.not_before <= now()),
+           min(l.created_at) FILTER (WHERE l.not_before IS NULL OR l.not_before <= now())
+      FROM outbox.log AS l
+     WHERE l.destination = _log_backlog.destination
+       AND l.xid >= COALESCE(pg_snapshot_xmin(pos), '0'::xid8)
+       AND (pos IS NULL OR NOT pg_visible_in_snapshot(l.xid, pos));
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox._log_backlog(pg_catalog.text) FROM PUBLIC;
+
+-- Published events per destination, through outbox.events (a full read).
+CREATE FUNCTION outbox._published_counts(OUT destination pg_catalog.text,
+                                         OUT published pg_catalog.int8,
+                                         OUT last_published_at pg_catalog.timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE ROWS 10 SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+    SELECT e.destination, count(*), max(e.published_at)
+      FROM outbox.events AS e
+     WHERE e.status = 'published'
+     GROUP BY e.destination;
+$$;
+
+REVOKE ALL ON FUNCTION outbox._published_counts() FROM PUBLIC;
+-- outbox.destination_stats calls both with the reader's rights: whoever
+-- may read it needs EXECUTE on them (counts only, no payloads)
+GRANT EXECUTE ON FUNCTION outbox._log_backlog(pg_catalog.text), outbox._published_counts()
+      TO pg_monitor;
+
 -- Pending and dead events per destination (NULL: unrouted), as in 0.3,
 -- from the store: pending = unclaimed log rows + events of
 -- unacknowledged batches + retries; claimable = unclaimed rows due now +
@@ -506,7 +559,10 @@ $$;
 -- unacknowledged batch, the oldest retries row attempted or due), never
 -- counting events scheduled for later and not yet attempted.  The log is
 -- read from each destination's position on (index (destination, xid));
--- the destinations present in the log are found by a skip scan.
+-- the destinations present in the log are found by a skip scan.  A row
+-- past its destination's position has no copy anywhere yet (the claim,
+-- the acknowledgement and the rotation make the copies), so none is
+-- probed for there.
 CREATE OR REPLACE VIEW outbox._destination_backlog AS
 WITH RECURSIVE dl(destination) AS (
         SELECT (SELECT pg_catalog.min(l.destination) FROM outbox.log AS l)
@@ -526,29 +582,7 @@ SELECT b.destination,
                u.oldest_claimable_at, 0::pg_catalog.int8 AS dead,
                NULL::pg_catalog.timestamptz AS oldest_dead_at
           FROM dl
-          CROSS JOIN LATERAL (
-                SELECT (SELECT t.to_snap FROM outbox.batches AS t
-                         WHERE t.destination OPERATOR(pg_catalog.=) dl.destination
-                         ORDER BY t.seq DESC LIMIT 1) AS pos) AS p
-          CROSS JOIN LATERAL (
-                SELECT pg_catalog.count(*) AS pending,
-                       pg_catalog.count(*) FILTER (
-                           WHERE l.not_before IS NULL
-                              OR l.not_before OPERATOR(pg_catalog.<=) pg_catalog.now()) AS claimable,
-                       pg_catalog.min(l.created_at) FILTER (
-                           WHERE l.not_before IS NULL
-                              OR l.not_before OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_claimable_at
-                  FROM outbox.log AS l
-                 WHERE l.destination OPERATOR(pg_catalog.=) dl.destination
-                   AND l.xid OPERATOR(pg_catalog.>=)
-                       COALESCE(pg_catalog.pg_snapshot_xmin(p.pos), '0'::pg_catalog.xid8)
-                   AND (p.pos IS NULL OR NOT pg_catalog.pg_visible_in_snapshot(l.xid, p.pos))
-                   AND NOT EXISTS (SELECT 1 FROM outbox.settled_events AS s
-                                    WHERE s.id OPERATOR(pg_catalog.=) l.id)
-                   AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x
-                                    WHERE x.id OPERATOR(pg_catalog.=) l.id)
-                   AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x
-                                    WHERE x.id OPERATOR(pg_catalog.=) l.id)) AS u
+          CROSS JOIN LATERAL outbox._log_backlog(dl.destination) AS u
          WHERE dl.destination IS NOT NULL AND u.pending OPERATOR(pg_catalog.>) 0
         UNION ALL
         -- unrouted log rows not routed since
@@ -615,12 +649,7 @@ SELECT b.destination,
 -- log rows and the 0.3 history): still a full read, as documented.
 CREATE OR REPLACE VIEW outbox.destination_stats AS
 WITH b AS (SELECT * FROM outbox._destination_backlog),
-     p AS (SELECT e.destination,
-                  pg_catalog.count(*) AS published,
-                  pg_catalog.max(e.published_at) AS last_published_at
-             FROM outbox.events AS e
-            WHERE e.status OPERATOR(pg_catalog.=) 'published'
-            GROUP BY e.destination),
+     p AS (SELECT * FROM outbox._published_counts()),
      r AS (SELECT * FROM outbox.destination_runtime()),
      k AS (SELECT d.name FROM outbox.destinations AS d
            UNION SELECT b.destination FROM b
