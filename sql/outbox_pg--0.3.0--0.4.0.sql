@@ -1126,7 +1126,9 @@ SELECT outbox._move_events_0_3();
 
 -- Is this log row still to be delivered (not acknowledged by its
 -- destination, not settled, no copy in retries or dead_events)?  For the
--- dump condition of the slots.
+-- dump condition of the slots.  The same rule as the view outbox.events,
+-- on the tables only: pg_dump does not let a dump condition read views
+-- (restrict_nonsystem_relation_kind).
 CREATE FUNCTION outbox._log_undelivered(id pg_catalog.uuid, destination pg_catalog.text,
                                         xid pg_catalog.xid8)
 RETURNS pg_catalog.bool
@@ -1136,7 +1138,18 @@ AS $$
     SELECT NOT EXISTS (SELECT 1 FROM outbox.settled_events AS s WHERE s.id = $1)
        AND NOT EXISTS (SELECT 1 FROM outbox.retries AS r WHERE r.id = $1)
        AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS d WHERE d.id = $1)
-       AND (SELECT e.status FROM outbox.events AS e WHERE e.id = $1) IS DISTINCT FROM 'published';
+       AND (NOT COALESCE(pg_visible_in_snapshot($3,
+                (SELECT t.to_snap FROM outbox.batches AS t
+                  WHERE t.destination = $2 ORDER BY t.seq DESC LIMIT 1)), false)
+            OR EXISTS (SELECT 1 FROM outbox.batches AS t
+                        WHERE t.destination = $2
+                          AND $3 < pg_snapshot_xmax(t.to_snap)
+                          AND $3 >= pg_snapshot_xmin(t.from_snap)
+                          AND pg_visible_in_snapshot($3, t.to_snap)
+                          AND NOT pg_visible_in_snapshot($3, t.from_snap)
+                          AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS a
+                                           WHERE a.destination = t.destination
+                                             AND a.seq = t.seq)));
 $$;
 
 REVOKE ALL ON FUNCTION outbox._log_undelivered(pg_catalog.uuid, pg_catalog.text, pg_catalog.xid8)
