@@ -935,11 +935,140 @@ BEGIN
 END
 $$;
 
+
+-- 0.2's statements on outbox.events, exposed for tests, are gone with the
+-- table: the store's are outbox._claim, _claim_ack, _claim_recover and
+-- _retries_* (their C functions may stay in the library for a release).
+DROP FUNCTION IF EXISTS outbox._lease(pg_catalog.int4, pg_catalog.interval, pg_catalog.text);
+DROP FUNCTION IF EXISTS outbox._ack(pg_catalog.uuid[], pg_catalog.int4[]);
+DROP FUNCTION IF EXISTS outbox._retry(pg_catalog.uuid[], pg_catalog.timestamptz[], pg_catalog.int4[],
+                                      pg_catalog.text[], pg_catalog.timestamptz[]);
+DROP FUNCTION IF EXISTS outbox._dead(pg_catalog.uuid[], pg_catalog.int4[], pg_catalog.text[],
+                                     pg_catalog.timestamptz[]);
+DROP FUNCTION IF EXISTS outbox._requeue(pg_catalog.uuid[], pg_catalog.timestamptz[], pg_catalog.int4[],
+                                        pg_catalog.text[], pg_catalog.timestamptz[]);
+DROP FUNCTION IF EXISTS outbox._expire_published(pg_catalog.interval, pg_catalog.int4);
+
+-- The pending and dead rows of the 0.3 table move into the store (README.store,
+-- plan step 6); published rows stay there as history.  Run by this update
+-- and, for rows a backend still running the old library inserted after
+-- it, by the relay (worker 0) at each poll; returns how many rows moved.
+--   pending, never attempted, due and not leased -> the current log slot
+--       with this transaction's xid, in id order (the update's own xid is
+--       hidden by the seq-0 positions above, so they are claimed after it);
+--   attempted, leased, or due later -> outbox.retries (attempts, last
+--       status and error kept, due at greatest(next_attempt_at,
+--       leased_until), not leased);
+--   an event of an ordered aggregate behind one that went to retries ->
+--       outbox.retries too (attempts 0, due now: the retries lease takes
+--       an aggregate's head only), so the aggregate keeps its order;
+--   dead -> outbox.dead_events.
+CREATE FUNCTION outbox._move_events_0_3()
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cur int2;
+    locked int2;
+    moved int8 := 0;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM outbox.events_0_3 AS e WHERE e.status = 'pending')
+       AND NOT EXISTS (SELECT 1 FROM outbox.events_0_3 AS e WHERE e.status = 'dead') THEN
+        RETURN 0;
+    END IF;
+    -- one mover at a time; inserts wait for the few milliseconds it takes
+    LOCK TABLE outbox.events_0_3 IN SHARE ROW EXCLUSIVE MODE;
+    -- the current slot, locked before it is trusted (as emit() does)
+    SELECT r.slot INTO cur FROM outbox.rotation AS r;
+    LOOP
+        EXECUTE format('LOCK TABLE outbox.log_%s IN ROW EXCLUSIVE MODE', cur);
+        locked := cur;
+        SELECT r.slot INTO cur FROM outbox.rotation AS r;
+        EXIT WHEN cur = locked;
+    END LOOP;
+
+    EXECUTE format($f$
+        WITH c AS (
+            SELECT e.*,
+                   CASE WHEN e.status = 'dead' THEN 'dead'
+                        WHEN e.attempts > 0
+                          OR e.next_attempt_at > now()
+                          OR e.leased_until > now() THEN 'retry'
+                        ELSE 'log' END AS target
+              FROM outbox.events_0_3 AS e
+             WHERE e.status IN ('pending', 'dead')
+               FOR UPDATE),
+        m AS (
+            -- ordered aggregates: what follows a head that went to retries
+            -- waits there behind it
+            SELECT c.*,
+                   CASE WHEN c.target = 'log' AND c.ordering_key IS NOT NULL
+                             AND EXISTS (SELECT 1 FROM c AS h
+                                          WHERE h.target = 'retry'
+                                            AND h.destination = c.destination
+                                            AND h.ordering_key = c.ordering_key
+                                            AND h.id < c.id)
+                        THEN 'held' ELSE c.target END AS goes
+              FROM c),
+        to_log AS (
+            INSERT INTO outbox.log_%s (id, xid, type, aggregate_type, aggregate_id, payload,
+                                       headers, traceparent, destination, ordering_key,
+                                       not_before, created_at)
+            SELECT m.id, pg_current_xact_id(), m.type, m.aggregate_type, m.aggregate_id,
+                   m.payload, m.headers, m.traceparent, m.destination, m.ordering_key, NULL,
+                   m.created_at
+              FROM m WHERE m.goes = 'log'
+             ORDER BY m.id
+                ON CONFLICT DO NOTHING
+            RETURNING 1),
+        to_retries AS (
+            INSERT INTO outbox.retries AS r
+                   (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,
+                    destination, ordering_key, created_at, attempts, due_at, leased_until,
+                    last_status, last_error)
+            SELECT m.id, m.type, m.aggregate_type, m.aggregate_id, m.payload, m.headers,
+                   m.traceparent, m.destination, m.ordering_key, m.created_at,
+                   CASE WHEN m.goes = 'held' THEN 0 ELSE m.attempts END,
+                   CASE WHEN m.goes = 'held' THEN now()
+                        ELSE greatest(m.next_attempt_at, m.leased_until) END,
+                   NULL, m.last_status, m.last_error
+              FROM m WHERE m.goes IN ('retry', 'held')
+                ON CONFLICT (id) DO NOTHING
+            RETURNING 1),
+        to_dead AS (
+            INSERT INTO outbox.dead_events AS d
+                   (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,
+                    destination, ordering_key, created_at, attempts, due_at, leased_until,
+                    last_status, last_error)
+            SELECT m.id, m.type, m.aggregate_type, m.aggregate_id, m.payload, m.headers,
+                   m.traceparent, m.destination, m.ordering_key, m.created_at, m.attempts,
+                   m.next_attempt_at, NULL, m.last_status, m.last_error
+              FROM m WHERE m.goes = 'dead'
+                ON CONFLICT (id) DO NOTHING
+            RETURNING 1),
+        gone AS (
+            DELETE FROM outbox.events_0_3 AS e USING m WHERE e.id = m.id
+            RETURNING 1)
+        SELECT (SELECT count(*) FROM to_log) + (SELECT count(*) FROM to_retries)
+               + (SELECT count(*) FROM to_dead) + 0 * (SELECT count(*) FROM gone)$f$, cur)
+    INTO moved;
+    IF moved > 0 THEN
+        PERFORM outbox._wake();
+    END IF;
+    RETURN moved;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox._move_events_0_3() FROM PUBLIC;
+
 -- Unrouted events whose type a route now matches: copies of the log rows
 -- go to outbox.retries with the destination (due now, or at not_before),
 -- the id is recorded as routed; copies the rotation already moved to
 -- outbox.retries (destination NULL) get it in place.  Also forgets the
--- settled ids whose log slot has been truncated.
+-- settled ids whose log slot has been truncated, and moves into the store
+-- the rows a backend still running the 0.3 library wrote into
+-- outbox.events_0_3 (the relay runs this every few seconds).
 CREATE OR REPLACE FUNCTION outbox._route_pending()
 RETURNS pg_catalog.int8
 LANGUAGE sql VOLATILE
@@ -982,135 +1111,9 @@ AS $$
         RETURNING 1)
     SELECT (SELECT pg_catalog.count(*) FROM marked)
            + (SELECT pg_catalog.count(*) FROM moved)
-           + (SELECT pg_catalog.count(*) FROM forgotten) * 0;
+           + (SELECT pg_catalog.count(*) FROM forgotten) * 0
+           + outbox._move_events_0_3() * 0;
 $$;
-
--- 0.2's statements on outbox.events, exposed for tests, are gone with the
--- table: the store's are outbox._claim, _claim_ack, _claim_recover and
--- _retries_* (their C functions may stay in the library for a release).
-DROP FUNCTION IF EXISTS outbox._lease(pg_catalog.int4, pg_catalog.interval, pg_catalog.text);
-DROP FUNCTION IF EXISTS outbox._ack(pg_catalog.uuid[], pg_catalog.int4[]);
-DROP FUNCTION IF EXISTS outbox._retry(pg_catalog.uuid[], pg_catalog.timestamptz[], pg_catalog.int4[],
-                                      pg_catalog.text[], pg_catalog.timestamptz[]);
-DROP FUNCTION IF EXISTS outbox._dead(pg_catalog.uuid[], pg_catalog.int4[], pg_catalog.text[],
-                                     pg_catalog.timestamptz[]);
-DROP FUNCTION IF EXISTS outbox._requeue(pg_catalog.uuid[], pg_catalog.timestamptz[], pg_catalog.int4[],
-                                        pg_catalog.text[], pg_catalog.timestamptz[]);
-DROP FUNCTION IF EXISTS outbox._expire_published(pg_catalog.interval, pg_catalog.int4);
-
--- The pending and dead rows of the 0.3 table move into the store (README.store,
--- plan step 6); published rows stay there as history.  Run by this update
--- and, for rows a backend still running the old library inserted after
--- it, by the relay (worker 0) at each poll; returns how many rows moved.
---   pending, never attempted, due and not leased -> the current log slot
---       with this transaction's xid, in id order (the update's own xid is
---       hidden by the seq-0 positions above, so they are claimed after it);
---   attempted, leased, or due later -> outbox.retries (attempts, last
---       status and error kept, due at greatest(next_attempt_at,
---       leased_until), not leased);
---   an event of an ordered aggregate behind one that went to retries ->
---       outbox.retries too (attempts 0, due now: the retries lease takes
---       an aggregate's head only), so the aggregate keeps its order;
---   dead -> outbox.dead_events.
-CREATE FUNCTION outbox._move_events_0_3()
-RETURNS pg_catalog.int8
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    cur int2;
-    locked int2;
-    moved int8 := 0;
-    n int8;
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM outbox.events_0_3 AS e WHERE e.status = 'pending')
-       AND NOT EXISTS (SELECT 1 FROM outbox.events_0_3 AS e WHERE e.status = 'dead') THEN
-        RETURN 0;
-    END IF;
-    -- one mover at a time; inserts wait for the few milliseconds it takes
-    LOCK TABLE outbox.events_0_3 IN SHARE ROW EXCLUSIVE MODE;
-    -- the current slot, locked before it is trusted (as emit() does)
-    SELECT r.slot INTO cur FROM outbox.rotation AS r;
-    LOOP
-        EXECUTE format('LOCK TABLE outbox.log_%s IN ROW EXCLUSIVE MODE', cur);
-        locked := cur;
-        SELECT r.slot INTO cur FROM outbox.rotation AS r;
-        EXIT WHEN cur = locked;
-    END LOOP;
-
-    CREATE TEMP TABLE IF NOT EXISTS outbox_move (
-        id uuid PRIMARY KEY, target text NOT NULL) ON COMMIT DROP;
-    TRUNCATE outbox_move;
-    INSERT INTO outbox_move (id, target)
-    SELECT e.id,
-           CASE WHEN e.status = 'dead' THEN 'dead'
-                WHEN e.attempts > 0
-                  OR e.next_attempt_at > now()
-                  OR e.leased_until > now() THEN 'retry'
-                ELSE 'log' END
-      FROM outbox.events_0_3 AS e
-     WHERE e.status IN ('pending', 'dead');
-    -- ordered aggregates: what follows a head that went to retries waits
-    -- there behind it
-    UPDATE outbox_move AS m SET target = 'held'
-      FROM outbox.events_0_3 AS e
-     WHERE e.id = m.id AND m.target = 'log' AND e.ordering_key IS NOT NULL
-       AND EXISTS (SELECT 1 FROM outbox_move AS h JOIN outbox.events_0_3 AS p ON p.id = h.id
-                    WHERE h.target = 'retry'
-                      AND p.destination = e.destination
-                      AND p.ordering_key = e.ordering_key
-                      AND p.id < e.id);
-
-    EXECUTE format($f$
-        INSERT INTO outbox.log_%s (id, xid, type, aggregate_type, aggregate_id, payload, headers,
-                                   traceparent, destination, ordering_key, not_before, created_at)
-        SELECT e.id, pg_catalog.pg_current_xact_id(), e.type, e.aggregate_type, e.aggregate_id,
-               e.payload, e.headers, e.traceparent, e.destination, e.ordering_key, NULL,
-               e.created_at
-          FROM outbox.events_0_3 AS e JOIN outbox_move AS m ON m.id = e.id
-         WHERE m.target = 'log'
-         ORDER BY e.id
-            ON CONFLICT DO NOTHING$f$, cur);
-    GET DIAGNOSTICS n = ROW_COUNT;
-    moved := moved + n;
-
-    INSERT INTO outbox.retries AS r
-           (id, type, aggregate_type, aggregate_id, payload, headers, traceparent, destination,
-            ordering_key, created_at, attempts, due_at, leased_until, last_status, last_error)
-    SELECT e.id, e.type, e.aggregate_type, e.aggregate_id, e.payload, e.headers, e.traceparent,
-           e.destination, e.ordering_key, e.created_at,
-           CASE WHEN m.target = 'held' THEN 0 ELSE e.attempts END,
-           CASE WHEN m.target = 'held' THEN now()
-                ELSE greatest(e.next_attempt_at, e.leased_until) END,
-           NULL, e.last_status, e.last_error
-      FROM outbox.events_0_3 AS e JOIN outbox_move AS m ON m.id = e.id
-     WHERE m.target IN ('retry', 'held')
-        ON CONFLICT (id) DO NOTHING;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    moved := moved + n;
-
-    INSERT INTO outbox.dead_events AS d
-           (id, type, aggregate_type, aggregate_id, payload, headers, traceparent, destination,
-            ordering_key, created_at, attempts, due_at, leased_until, last_status, last_error)
-    SELECT e.id, e.type, e.aggregate_type, e.aggregate_id, e.payload, e.headers, e.traceparent,
-           e.destination, e.ordering_key, e.created_at, e.attempts, e.next_attempt_at, NULL,
-           e.last_status, e.last_error
-      FROM outbox.events_0_3 AS e JOIN outbox_move AS m ON m.id = e.id
-     WHERE m.target = 'dead'
-        ON CONFLICT (id) DO NOTHING;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    moved := moved + n;
-
-    DELETE FROM outbox.events_0_3 AS e USING outbox_move AS m WHERE m.id = e.id;
-    DROP TABLE outbox_move;
-    IF moved > 0 THEN
-        PERFORM outbox._wake();
-    END IF;
-    RETURN moved;
-END
-$$;
-
-REVOKE ALL ON FUNCTION outbox._move_events_0_3() FROM PUBLIC;
 
 SELECT outbox._move_events_0_3();
 
