@@ -148,14 +148,14 @@ for my $ev ([ 'A', 1 ], [ 'B', 1 ], [ 'A', 2 ], [ 'C', 1 ], [ 'A', 3 ], [ 'B', 2
 }
 sub idlist { return join(',', map { "'$_'" } @_); }
 $node->safe_psql('states', sprintf(q{
-	UPDATE outbox.events SET attempts = 1, leased_until = now() + interval '3 seconds' WHERE id IN (%s);
-	UPDATE outbox.events SET attempts = 2, next_attempt_at = now() + interval '3 seconds',
+	UPDATE outbox.events SET attempts = 1, leased_until = now() + interval '8 seconds' WHERE id IN (%s);
+	UPDATE outbox.events SET attempts = 2, next_attempt_at = now() + interval '8 seconds',
 	       last_status = 503, last_error = 'HTTP 503: busy' WHERE id IN (%s);
 	UPDATE outbox.events SET status = 'dead', attempts = 5, last_status = 422,
 	       last_error = 'HTTP 422: rejected' WHERE id IN (%s);
 	UPDATE outbox.events SET status = 'published', attempts = 1, last_status = 204,
 	       published_at = now() WHERE id IN (%s);
-	UPDATE outbox.events SET attempts = 1, next_attempt_at = now() + interval '3 seconds',
+	UPDATE outbox.events SET attempts = 1, next_attempt_at = now() + interval '8 seconds',
 	       last_status = 500, last_error = 'boom' WHERE id = '%s';
 	UPDATE outbox.events SET status = 'dead', attempts = 1, last_status = 410,
 	       last_error = 'HTTP 410: gone' WHERE id = '%s';},
@@ -174,7 +174,8 @@ is($node->safe_psql('states', q{SELECT string_agg(id::text, ',' ORDER BY id) FRO
 	$st_ids_before, 'every id exactly once');
 is($node->safe_psql('states', q{
 	SELECT (SELECT count(*) FROM outbox.log) || ' log, ' ||
-	       (SELECT count(*) FROM outbox.retries) || ' retries, ' ||
+	       -- (C's successors may reach retries too: the relay's claim holds them there)
+	       (SELECT count(*) FROM outbox.retries WHERE type <> 'st.ord.C') || ' retries, ' ||
 	       (SELECT count(*) FROM outbox.dead_events) || ' dead, ' ||
 	       (SELECT count(*) FROM outbox.events_0_3) || ' history'}),
 	'204 log, 13 retries, 4 dead, 5 history',
@@ -185,7 +186,9 @@ is($node->safe_psql('states', q{
 is($node->safe_psql('states', q{SELECT count(*) FROM outbox.dead_letters()}), '4',
 	'the dead letters are listed');
 
-# with the relay: everything pending is delivered, A in order, C once released
+# with the relay (due again 8 s after the update: the checks above see the
+# moved rows before it touches them): everything pending is delivered, A in
+# order, C once released
 my @st_pending = (@st_backlog, @st_leased, @st_retry, grep { $_ ne $st_ord[3] } @st_ord);
 ok($node->poll_query_until('states', q{
 	SELECT count(*) FILTER (WHERE status = 'pending') = 2 FROM outbox.events}),
