@@ -342,6 +342,9 @@ REVOKE ALL ON FUNCTION outbox._trim_batches() FROM PUBLIC;
 -- its published history stays readable through the view below (and is
 -- counted by destination_stats) until its retention; the move of its
 -- pending and dead rows into the store follows further down.
+-- Emitting transactions finish first, new ones wait, the relays' NOWAIT
+-- locks fail: nothing is written to the table while it moves.
+LOCK TABLE outbox.events IN EXCLUSIVE MODE;
 ALTER TABLE outbox.events RENAME TO events_0_3;
 COMMENT ON TABLE outbox.events_0_3 IS
     'outbox.events as 0.3 kept it: published history, shown by the view outbox.events; nothing writes here any more.';
@@ -422,6 +425,8 @@ SELECT l.id, l.type, l.aggregate_type, l.aggregate_id, l.payload, l.headers, l.t
                    AND a.seq OPERATOR(pg_catalog.=) t.seq
                  WHERE p.claimed
                    AND t.destination OPERATOR(pg_catalog.=) l.destination
+                   AND l.xid OPERATOR(pg_catalog.<) pg_catalog.pg_snapshot_xmax(t.to_snap)
+                   AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin(t.from_snap)
                    AND pg_catalog.pg_visible_in_snapshot(l.xid, t.to_snap)
                    AND NOT pg_catalog.pg_visible_in_snapshot(l.xid, t.from_snap)
                  ORDER BY t.seq DESC LIMIT 1) AS b ON true) AS c ON true
@@ -495,6 +500,57 @@ BEGIN
 END
 $$;
 
+-- The log rows of one destination past its position (all of them when it
+-- has none): how many, how many due, the oldest due one's creation.  A
+-- function, so that the backlog view's estimate stays small (its plan
+-- would otherwise be JIT-compiled at every scrape) and this plan cached.
+CREATE FUNCTION outbox._log_backlog(destination pg_catalog.text,
+                                    OUT pending pg_catalog.int8, OUT claimable pg_catalog.int8,
+                                    OUT oldest_claimable_at pg_catalog.timestamptz)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE ROWS 1 SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    pos pg_snapshot;
+BEGIN
+    SELECT t.to_snap INTO pos FROM outbox.batches AS t
+     WHERE t.destination = _log_backlog.destination ORDER BY t.seq DESC LIMIT 1;
+    RETURN QUERY
+    SELECT count(*),
+           count(*) FILTER (WHERE l.not_before IS NULL OR l.not_before <= now()),
+           min(l.created_at) FILTER (WHERE l.not_before IS NULL OR l.not_before <= now())
+      FROM outbox.log AS l
+     WHERE l.destination = _log_backlog.destination
+       AND l.xid >= COALESCE(pg_snapshot_xmin(pos), '0'::xid8)
+       AND (pos IS NULL OR NOT pg_visible_in_snapshot(l.xid, pos));
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox._log_backlog(pg_catalog.text) FROM PUBLIC;
+
+-- Published events per destination, through outbox.events (a full read).
+CREATE FUNCTION outbox._published_counts(OUT destination pg_catalog.text,
+                                         OUT published pg_catalog.int8,
+                                         OUT last_published_at pg_catalog.timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE ROWS 10 SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+    SELECT e.destination, count(*), max(e.published_at)
+      FROM outbox.events AS e
+     WHERE e.status = 'published'
+     GROUP BY e.destination;
+$$;
+
+REVOKE ALL ON FUNCTION outbox._published_counts() FROM PUBLIC;
+-- outbox.destination_stats calls both with the reader's rights: whoever
+-- may read it needs EXECUTE on them (counts only, no payloads)
+GRANT EXECUTE ON FUNCTION outbox._log_backlog(pg_catalog.text), outbox._published_counts()
+      TO pg_monitor;
+
 -- Pending and dead events per destination (NULL: unrouted), as in 0.3,
 -- from the store: pending = unclaimed log rows + events of
 -- unacknowledged batches + retries; claimable = unclaimed rows due now +
@@ -503,7 +559,10 @@ $$;
 -- unacknowledged batch, the oldest retries row attempted or due), never
 -- counting events scheduled for later and not yet attempted.  The log is
 -- read from each destination's position on (index (destination, xid));
--- the destinations present in the log are found by a skip scan.
+-- the destinations present in the log are found by a skip scan.  A row
+-- past its destination's position has no copy anywhere yet (the claim,
+-- the acknowledgement and the rotation make the copies), so none is
+-- probed for there.
 CREATE OR REPLACE VIEW outbox._destination_backlog AS
 WITH RECURSIVE dl(destination) AS (
         SELECT (SELECT pg_catalog.min(l.destination) FROM outbox.log AS l)
@@ -523,29 +582,7 @@ SELECT b.destination,
                u.oldest_claimable_at, 0::pg_catalog.int8 AS dead,
                NULL::pg_catalog.timestamptz AS oldest_dead_at
           FROM dl
-          CROSS JOIN LATERAL (
-                SELECT (SELECT t.to_snap FROM outbox.batches AS t
-                         WHERE t.destination OPERATOR(pg_catalog.=) dl.destination
-                         ORDER BY t.seq DESC LIMIT 1) AS pos) AS p
-          CROSS JOIN LATERAL (
-                SELECT pg_catalog.count(*) AS pending,
-                       pg_catalog.count(*) FILTER (
-                           WHERE l.not_before IS NULL
-                              OR l.not_before OPERATOR(pg_catalog.<=) pg_catalog.now()) AS claimable,
-                       pg_catalog.min(l.created_at) FILTER (
-                           WHERE l.not_before IS NULL
-                              OR l.not_before OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_claimable_at
-                  FROM outbox.log AS l
-                 WHERE l.destination OPERATOR(pg_catalog.=) dl.destination
-                   AND l.xid OPERATOR(pg_catalog.>=)
-                       COALESCE(pg_catalog.pg_snapshot_xmin(p.pos), '0'::pg_catalog.xid8)
-                   AND (p.pos IS NULL OR NOT pg_catalog.pg_visible_in_snapshot(l.xid, p.pos))
-                   AND NOT EXISTS (SELECT 1 FROM outbox.settled_events AS s
-                                    WHERE s.id OPERATOR(pg_catalog.=) l.id)
-                   AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x
-                                    WHERE x.id OPERATOR(pg_catalog.=) l.id)
-                   AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x
-                                    WHERE x.id OPERATOR(pg_catalog.=) l.id)) AS u
+          CROSS JOIN LATERAL outbox._log_backlog(dl.destination) AS u
          WHERE dl.destination IS NOT NULL AND u.pending OPERATOR(pg_catalog.>) 0
         UNION ALL
         -- unrouted log rows not routed since
@@ -612,12 +649,7 @@ SELECT b.destination,
 -- log rows and the 0.3 history): still a full read, as documented.
 CREATE OR REPLACE VIEW outbox.destination_stats AS
 WITH b AS (SELECT * FROM outbox._destination_backlog),
-     p AS (SELECT e.destination,
-                  pg_catalog.count(*) AS published,
-                  pg_catalog.max(e.published_at) AS last_published_at
-             FROM outbox.events AS e
-            WHERE e.status OPERATOR(pg_catalog.=) 'published'
-            GROUP BY e.destination),
+     p AS (SELECT * FROM outbox._published_counts()),
      r AS (SELECT * FROM outbox.destination_runtime()),
      k AS (SELECT d.name FROM outbox.destinations AS d
            UNION SELECT b.destination FROM b
@@ -903,11 +935,140 @@ BEGIN
 END
 $$;
 
+
+-- 0.2's statements on outbox.events, exposed for tests, are gone with the
+-- table: the store's are outbox._claim, _claim_ack, _claim_recover and
+-- _retries_* (their C functions may stay in the library for a release).
+DROP FUNCTION IF EXISTS outbox._lease(pg_catalog.int4, pg_catalog.interval, pg_catalog.text);
+DROP FUNCTION IF EXISTS outbox._ack(pg_catalog.uuid[], pg_catalog.int4[]);
+DROP FUNCTION IF EXISTS outbox._retry(pg_catalog.uuid[], pg_catalog.timestamptz[], pg_catalog.int4[],
+                                      pg_catalog.text[], pg_catalog.timestamptz[]);
+DROP FUNCTION IF EXISTS outbox._dead(pg_catalog.uuid[], pg_catalog.int4[], pg_catalog.text[],
+                                     pg_catalog.timestamptz[]);
+DROP FUNCTION IF EXISTS outbox._requeue(pg_catalog.uuid[], pg_catalog.timestamptz[], pg_catalog.int4[],
+                                        pg_catalog.text[], pg_catalog.timestamptz[]);
+DROP FUNCTION IF EXISTS outbox._expire_published(pg_catalog.interval, pg_catalog.int4);
+
+-- The pending and dead rows of the 0.3 table move into the store (README.store,
+-- plan step 6); published rows stay there as history.  Run by this update
+-- and, for rows a backend still running the old library inserted after
+-- it, by the relay (worker 0) at each poll; returns how many rows moved.
+--   pending, never attempted, due and not leased -> the current log slot
+--       with this transaction's xid, in id order (the update's own xid is
+--       hidden by the seq-0 positions above, so they are claimed after it);
+--   attempted, leased, or due later -> outbox.retries (attempts, last
+--       status and error kept, due at greatest(next_attempt_at,
+--       leased_until), not leased);
+--   an event of an ordered aggregate behind one that went to retries ->
+--       outbox.retries too (attempts 0, due now: the retries lease takes
+--       an aggregate's head only), so the aggregate keeps its order;
+--   dead -> outbox.dead_events.
+CREATE FUNCTION outbox._move_events_0_3()
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cur int2;
+    locked int2;
+    moved int8 := 0;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM outbox.events_0_3 AS e WHERE e.status = 'pending')
+       AND NOT EXISTS (SELECT 1 FROM outbox.events_0_3 AS e WHERE e.status = 'dead') THEN
+        RETURN 0;
+    END IF;
+    -- one mover at a time; inserts wait for the few milliseconds it takes
+    LOCK TABLE outbox.events_0_3 IN SHARE ROW EXCLUSIVE MODE;
+    -- the current slot, locked before it is trusted (as emit() does)
+    SELECT r.slot INTO cur FROM outbox.rotation AS r;
+    LOOP
+        EXECUTE format('LOCK TABLE outbox.log_%s IN ROW EXCLUSIVE MODE', cur);
+        locked := cur;
+        SELECT r.slot INTO cur FROM outbox.rotation AS r;
+        EXIT WHEN cur = locked;
+    END LOOP;
+
+    EXECUTE format($f$
+        WITH c AS (
+            SELECT e.*,
+                   CASE WHEN e.status = 'dead' THEN 'dead'
+                        WHEN e.attempts > 0
+                          OR e.next_attempt_at > now()
+                          OR e.leased_until > now() THEN 'retry'
+                        ELSE 'log' END AS target
+              FROM outbox.events_0_3 AS e
+             WHERE e.status IN ('pending', 'dead')
+               FOR UPDATE),
+        m AS (
+            -- ordered aggregates: what follows a head that went to retries
+            -- waits there behind it
+            SELECT c.*,
+                   CASE WHEN c.target = 'log' AND c.ordering_key IS NOT NULL
+                             AND EXISTS (SELECT 1 FROM c AS h
+                                          WHERE h.target = 'retry'
+                                            AND h.destination = c.destination
+                                            AND h.ordering_key = c.ordering_key
+                                            AND h.id < c.id)
+                        THEN 'held' ELSE c.target END AS goes
+              FROM c),
+        to_log AS (
+            INSERT INTO outbox.log_%s (id, xid, type, aggregate_type, aggregate_id, payload,
+                                       headers, traceparent, destination, ordering_key,
+                                       not_before, created_at)
+            SELECT m.id, pg_current_xact_id(), m.type, m.aggregate_type, m.aggregate_id,
+                   m.payload, m.headers, m.traceparent, m.destination, m.ordering_key, NULL,
+                   m.created_at
+              FROM m WHERE m.goes = 'log'
+             ORDER BY m.id
+                ON CONFLICT DO NOTHING
+            RETURNING 1),
+        to_retries AS (
+            INSERT INTO outbox.retries AS r
+                   (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,
+                    destination, ordering_key, created_at, attempts, due_at, leased_until,
+                    last_status, last_error)
+            SELECT m.id, m.type, m.aggregate_type, m.aggregate_id, m.payload, m.headers,
+                   m.traceparent, m.destination, m.ordering_key, m.created_at,
+                   CASE WHEN m.goes = 'held' THEN 0 ELSE m.attempts END,
+                   CASE WHEN m.goes = 'held' THEN now()
+                        ELSE greatest(m.next_attempt_at, m.leased_until) END,
+                   NULL, m.last_status, m.last_error
+              FROM m WHERE m.goes IN ('retry', 'held')
+                ON CONFLICT (id) DO NOTHING
+            RETURNING 1),
+        to_dead AS (
+            INSERT INTO outbox.dead_events AS d
+                   (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,
+                    destination, ordering_key, created_at, attempts, due_at, leased_until,
+                    last_status, last_error)
+            SELECT m.id, m.type, m.aggregate_type, m.aggregate_id, m.payload, m.headers,
+                   m.traceparent, m.destination, m.ordering_key, m.created_at, m.attempts,
+                   m.next_attempt_at, NULL, m.last_status, m.last_error
+              FROM m WHERE m.goes = 'dead'
+                ON CONFLICT (id) DO NOTHING
+            RETURNING 1),
+        gone AS (
+            DELETE FROM outbox.events_0_3 AS e USING m WHERE e.id = m.id
+            RETURNING 1)
+        SELECT (SELECT count(*) FROM to_log) + (SELECT count(*) FROM to_retries)
+               + (SELECT count(*) FROM to_dead) + 0 * (SELECT count(*) FROM gone)$f$, cur)
+    INTO moved;
+    IF moved > 0 THEN
+        PERFORM outbox._wake();
+    END IF;
+    RETURN moved;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox._move_events_0_3() FROM PUBLIC;
+
 -- Unrouted events whose type a route now matches: copies of the log rows
 -- go to outbox.retries with the destination (due now, or at not_before),
 -- the id is recorded as routed; copies the rotation already moved to
 -- outbox.retries (destination NULL) get it in place.  Also forgets the
--- settled ids whose log slot has been truncated.
+-- settled ids whose log slot has been truncated, and moves into the store
+-- the rows a backend still running the 0.3 library wrote into
+-- outbox.events_0_3 (the relay runs this every few seconds).
 CREATE OR REPLACE FUNCTION outbox._route_pending()
 RETURNS pg_catalog.int8
 LANGUAGE sql VOLATILE
@@ -950,21 +1111,84 @@ AS $$
         RETURNING 1)
     SELECT (SELECT pg_catalog.count(*) FROM marked)
            + (SELECT pg_catalog.count(*) FROM moved)
-           + (SELECT pg_catalog.count(*) FROM forgotten) * 0;
+           + (SELECT pg_catalog.count(*) FROM forgotten) * 0
+           + outbox._move_events_0_3() * 0;
 $$;
 
--- 0.2's statements on outbox.events, exposed for tests, are gone with the
--- table: the store's are outbox._claim, _claim_ack, _claim_recover and
--- _retries_* (their C functions may stay in the library for a release).
-DROP FUNCTION IF EXISTS outbox._lease(pg_catalog.int4, pg_catalog.interval, pg_catalog.text);
-DROP FUNCTION IF EXISTS outbox._ack(pg_catalog.uuid[], pg_catalog.int4[]);
-DROP FUNCTION IF EXISTS outbox._retry(pg_catalog.uuid[], pg_catalog.timestamptz[], pg_catalog.int4[],
-                                      pg_catalog.text[], pg_catalog.timestamptz[]);
-DROP FUNCTION IF EXISTS outbox._dead(pg_catalog.uuid[], pg_catalog.int4[], pg_catalog.text[],
-                                     pg_catalog.timestamptz[]);
-DROP FUNCTION IF EXISTS outbox._requeue(pg_catalog.uuid[], pg_catalog.timestamptz[], pg_catalog.int4[],
-                                        pg_catalog.text[], pg_catalog.timestamptz[]);
-DROP FUNCTION IF EXISTS outbox._expire_published(pg_catalog.interval, pg_catalog.int4);
+SELECT outbox._move_events_0_3();
+
+-- pg_dump: the store's xids and snapshots belong to this cluster.  The
+-- streams, batches and acknowledgements are not dumped (a restored
+-- destination starts a new stream at the restore, see _stream_changed);
+-- the log is dumped without what its destinations acknowledged, and rows
+-- that arrive in a slot by COPY or INSERT ... SELECT with another
+-- transaction's xid (a restore) are given the inserting transaction's
+-- xid, so they are delivered after it like emitted ones.  Copies in
+-- retries and dead letters are dumped whole.  emit() inserts through the
+-- executor directly and does not fire the statement trigger.
+
+-- Is this log row still to be delivered (not acknowledged by its
+-- destination, not settled, no copy in retries or dead_events)?  For the
+-- dump condition of the slots.  The same rule as the view outbox.events,
+-- on the tables only: pg_dump does not let a dump condition read views
+-- (restrict_nonsystem_relation_kind).
+CREATE FUNCTION outbox._log_undelivered(id pg_catalog.uuid, destination pg_catalog.text,
+                                        xid pg_catalog.xid8)
+RETURNS pg_catalog.bool
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT NOT EXISTS (SELECT 1 FROM outbox.settled_events AS s WHERE s.id = $1)
+       AND NOT EXISTS (SELECT 1 FROM outbox.retries AS r WHERE r.id = $1)
+       AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS d WHERE d.id = $1)
+       AND (NOT COALESCE(pg_visible_in_snapshot($3,
+                (SELECT t.to_snap FROM outbox.batches AS t
+                  WHERE t.destination = $2 ORDER BY t.seq DESC LIMIT 1)), false)
+            OR EXISTS (SELECT 1 FROM outbox.batches AS t
+                        WHERE t.destination = $2
+                          AND $3 < pg_snapshot_xmax(t.to_snap)
+                          AND $3 >= pg_snapshot_xmin(t.from_snap)
+                          AND pg_visible_in_snapshot($3, t.to_snap)
+                          AND NOT pg_visible_in_snapshot($3, t.from_snap)
+                          AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS a
+                                           WHERE a.destination = t.destination
+                                             AND a.seq = t.seq)));
+$$;
+
+REVOKE ALL ON FUNCTION outbox._log_undelivered(pg_catalog.uuid, pg_catalog.text, pg_catalog.xid8)
+    FROM PUBLIC;
+
+CREATE FUNCTION outbox._log_restamp()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('UPDATE %s AS l SET xid = pg_current_xact_id()'
+                   '  FROM arrived AS a'
+                   ' WHERE l.id = a.id AND a.xid <> pg_current_xact_id()',
+                   TG_RELID::regclass);
+    RETURN NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox._log_restamp() FROM PUBLIC;
+
+DO $$
+BEGIN
+    FOR slot IN 0 .. 2 LOOP
+        EXECUTE pg_catalog.format(
+            'CREATE TRIGGER log_%s_restamp AFTER INSERT ON outbox.log_%s'
+            ' REFERENCING NEW TABLE AS arrived'
+            ' FOR EACH STATEMENT EXECUTE FUNCTION outbox._log_restamp()', slot, slot);
+        PERFORM pg_catalog.pg_extension_config_dump(
+            pg_catalog.format('outbox.log_%s', slot)::pg_catalog.regclass,
+            'WHERE outbox._log_undelivered(id, destination, xid)');
+    END LOOP;
+END
+$$;
+SELECT pg_catalog.pg_extension_config_dump('outbox.retries', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.dead_events', '');
 
 ------------------------------------------------------------------------
 -- predefined roles (issue #18) -- keep this section last: it grants

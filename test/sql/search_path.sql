@@ -199,6 +199,9 @@ SELECT outbox._claim_ack('hp_d',
                          ARRAY(SELECT id FROM outbox.log_0 WHERE type OPERATOR(pg_catalog.=) 'hp.log'),
                          ARRAY[pg_catalog.now()], ARRAY[1], ARRAY[503], ARRAY['unavailable']) AS claim_acked;
 SELECT outbox._snapshot_cut('10:20:12,15', '14') AS cut;
+SELECT outbox._move_events_0_3() AS moved_from_0_3;
+SELECT outbox._log_undelivered(id, destination, xid) AS undelivered
+  FROM outbox.log_0 WHERE type OPERATOR(pg_catalog.=) 'hp.log';
 SELECT outbox._rotate_log('1 day') AS rotation;
 SELECT outbox._trim_batches() OPERATOR(pg_catalog.>=) 0 AS trimmed;
 SELECT id IS NOT NULL AS retry_leased FROM outbox._retries_lease(10, '30 s', 'hp_d');

@@ -206,7 +206,7 @@ ok($node->poll_query_until('postgres', q{SELECT status = 'ok' FROM outbox.health
 
 # a monitoring role reads no payloads or secrets
 my ($ret, $stdout, $stderr) = $node->psql('postgres', 'SELECT payload FROM outbox.events', extra_params => [ '-U', 'mon' ]);
-like($stderr, qr/permission denied for table events/, 'pg_monitor member: no payloads');
+like($stderr, qr/permission denied for view events/, 'pg_monitor member: no payloads');
 ($ret, $stdout, $stderr) = $node->psql('postgres', 'SELECT bearer_token FROM outbox.destinations', extra_params => [ '-U', 'mon' ]);
 like($stderr, qr/permission denied for table destinations/, 'pg_monitor member: no secrets');
 

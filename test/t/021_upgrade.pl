@@ -11,6 +11,11 @@
 #    indexes, triggers, ACLs, comments, pg_dump configuration); so does an
 #    install of 0.2.0 updated, which warns about a destination 0.2.0
 #    accepted and the checks of 0.3.0 refuse.
+#  - 0.3.0 -> 0.4.0: the rows of outbox.events in every state (backlog,
+#    leased, retrying, dead, published, an ordered aggregate behind a
+#    retrying head, one behind a dead letter) keep their status through the
+#    view outbox.events, each id once; the relay then delivers every pending
+#    one, the ordered aggregate in order.
 #  - pg_dump of a database with the extension restored into a fresh
 #    database keeps destinations, routes, pending and dead events and
 #    claims, drops published events, and the restored database's relay
@@ -114,6 +119,97 @@ assert_zero_lost($sink, 'other database', '/delay/50/other', @other);
 ok($node->poll_query_until('up', q{
 	SELECT count(*) > 0 AND bool_and(state <> 'waiting for update') FROM outbox.workers() WHERE database = 'up'}),
 	'the relay no longer waits');
+
+# 0.3.0 -> 0.4.0 (issue #21): outbox.events becomes a view over the
+# insert-only store; the update moves the 0.3 rows in every state.  The
+# library is already 0.4, so the relay of this database waits and the
+# states stay put until the update.
+$node->safe_psql('postgres', 'CREATE DATABASE states');
+$node->safe_psql('states', qq{
+	CREATE EXTENSION outbox_pg VERSION '0.3.0';
+	INSERT INTO outbox.destinations (name, url, timeout_ms, backoff_base_ms, backoff_max_ms)
+	VALUES ('st', '$u/ok/states', 1000, 50, 200);
+	INSERT INTO outbox.destinations (name, url, timeout_ms, backoff_base_ms, backoff_max_ms, options)
+	VALUES ('st-ord', '$u/ok/states-ord', 1000, 50, 200, '{"ordering": "aggregate"}');
+});
+my @st_backlog = emit_in('states', 'st.backlog', 'st', 200);
+my @st_leased = emit_in('states', 'st.leased', 'st', 5);
+my @st_retry = emit_in('states', 'st.retry', 'st', 5);
+my @st_dead = emit_in('states', 'st.dead', 'st', 3);
+my @st_published = emit_in('states', 'st.published', 'st', 5);
+# ordered: aggregate A's head is retrying (its successors wait behind it),
+# B is plain, C's head is dead (policy block: its successors are blocked)
+my @st_ord;
+for my $ev ([ 'A', 1 ], [ 'B', 1 ], [ 'A', 2 ], [ 'C', 1 ], [ 'A', 3 ], [ 'B', 2 ], [ 'C', 2 ], [ 'C', 3 ])
+{
+	push @st_ord, $node->safe_psql('states', qq{
+		SELECT outbox.emit('st.ord.$ev->[0]', '$ev->[0]', jsonb_build_object('n', $ev->[1]),
+		                   destination => 'st-ord')});
+}
+sub idlist { return join(',', map { "'$_'" } @_); }
+$node->safe_psql('states', sprintf(q{
+	UPDATE outbox.events SET attempts = 1, leased_until = now() + interval '8 seconds' WHERE id IN (%s);
+	UPDATE outbox.events SET attempts = 2, next_attempt_at = now() + interval '8 seconds',
+	       last_status = 503, last_error = 'HTTP 503: busy' WHERE id IN (%s);
+	UPDATE outbox.events SET status = 'dead', attempts = 5, last_status = 422,
+	       last_error = 'HTTP 422: rejected' WHERE id IN (%s);
+	UPDATE outbox.events SET status = 'published', attempts = 1, last_status = 204,
+	       published_at = now() WHERE id IN (%s);
+	UPDATE outbox.events SET attempts = 1, next_attempt_at = now() + interval '8 seconds',
+	       last_status = 500, last_error = 'boom' WHERE id = '%s';
+	UPDATE outbox.events SET status = 'dead', attempts = 1, last_status = 410,
+	       last_error = 'HTTP 410: gone' WHERE id = '%s';},
+	idlist(@st_leased), idlist(@st_retry), idlist(@st_dead), idlist(@st_published),
+	$st_ord[0], $st_ord[3]));
+my $st_states_sql = q{
+	SELECT string_agg(status || ' ' || n, ', ' ORDER BY status)
+	  FROM (SELECT status, count(*) AS n FROM outbox.events GROUP BY status) s};
+my $st_before = $node->safe_psql('states', $st_states_sql);
+is($st_before, 'dead 4, pending 217, published 5', 'the 0.3 table holds every state');
+my $st_ids_before = $node->safe_psql('states', q{SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox.events});
+$node->safe_psql('states', 'ALTER EXTENSION outbox_pg UPDATE');
+is($node->safe_psql('states', $st_states_sql), $st_before,
+	'after the update: every event has its status, through the view outbox.events');
+is($node->safe_psql('states', q{SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox.events}),
+	$st_ids_before, 'every id exactly once');
+is($node->safe_psql('states', q{
+	SELECT (SELECT count(*) FROM outbox.log) || ' log, ' ||
+	       -- (C's successors may reach retries too: the relay's claim holds them there)
+	       (SELECT count(*) FROM outbox.retries WHERE type <> 'st.ord.C') || ' retries, ' ||
+	       (SELECT count(*) FROM outbox.dead_events) || ' dead, ' ||
+	       (SELECT count(*) FROM outbox.events_0_3) || ' history'}),
+	'204 log, 13 retries, 4 dead, 5 history',
+	'backlog and the unblocked successors to the log, attempted/leased and held ones to retries, dead letters moved, published kept');
+is($node->safe_psql('states', q{
+	SELECT string_agg(aggregate_id || ' waiting ' || waiting, ',') FROM outbox.blocked_aggregates}),
+	'C waiting 2', 'the aggregate behind a dead letter is blocked');
+is($node->safe_psql('states', q{SELECT count(*) FROM outbox.dead_letters()}), '4',
+	'the dead letters are listed');
+
+# with the relay (due again 8 s after the update: the checks above see the
+# moved rows before it touches them): everything pending is delivered, A in
+# order, C once released
+my @st_pending = (@st_backlog, @st_leased, @st_retry, grep { $_ ne $st_ord[3] } @st_ord);
+ok($node->poll_query_until('states', q{
+	SELECT count(*) FILTER (WHERE status = 'pending') = 2 FROM outbox.events}),
+	'the relay delivers every pending event but the blocked ones');
+is($node->safe_psql('states', q{SELECT outbox.release_aggregate('st-ord', 'C')}), '1',
+	'the blocked aggregate is released');
+ok($node->poll_query_until('states', q{
+	SELECT count(*) FILTER (WHERE status = 'pending') = 0 FROM outbox.events}),
+	'and then its events too');
+assert_zero_lost($sink, 'moved backlog', '/ok/states', @st_pending);
+my %st_pos = map { $st_ord[$_] => $_ } 0 .. $#st_ord;
+my @a_order;
+for my $r (sink_records($sink))
+{
+	next unless index($r->{path}, '/ok/states-ord') == 0 && $r->{answer} >= 200 && $r->{answer} < 300;
+	my $i = $st_pos{ $r->{id} };
+	push @a_order, $i if defined $i && grep { $_ == $i } (0, 2, 4);
+}
+my %seen;
+@a_order = grep { !$seen{$_}++ } @a_order;
+is(join(',', @a_order), '0,2,4', 'aggregate A is delivered in order across the update');
 
 # schema equivalence: fresh install vs upgraded install
 my $catalog_sql = q{
