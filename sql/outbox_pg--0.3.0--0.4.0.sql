@@ -1338,6 +1338,10 @@ GRANT EXECUTE ON FUNCTION
     TO outbox_monitor, pg_monitor;
 GRANT SELECT ON outbox.destination_stats, inbox.message_stats
     TO outbox_monitor, pg_monitor;
+-- outbox.destination_stats calls these two with the reader's rights;
+-- they return counts and times per destination, no payloads
+GRANT EXECUTE ON FUNCTION outbox._log_backlog(pg_catalog.text), outbox._published_counts()
+    TO outbox_monitor, pg_monitor;
 
 -- outbox_admin: the configuration tables (they hold the secrets: an
 -- administrator who can point a destination elsewhere can have them sent

@@ -68,9 +68,10 @@ SELECT r.rolname, c.oid::regclass::text AS relation, p.priv
    AND (has_table_privilege(r.rolname, c.oid, p.priv)
         OR (p.priv IN ('INSERT', 'UPDATE', 'REFERENCES')
             AND has_any_column_privilege(r.rolname, c.oid, p.priv)))
- ORDER BY 1, 2 COLLATE "C", 3;
+ ORDER BY 1, c.oid::regclass::text COLLATE "C", 3;
 
--- What each role may read, and call (internal functions: none).
+-- What each role may read, and call (internal functions: only the two
+-- count helpers outbox.destination_stats calls with the reader's rights).
 SELECT r.rolname, string_agg(c.oid::regclass::text, ', ' ORDER BY c.oid::regclass::text COLLATE "C") AS may_select
   FROM pg_class c,
        (VALUES ('outbox_writer'), ('outbox_monitor'), ('pg_monitor'), ('outbox_admin')) AS r(rolname)
@@ -83,13 +84,14 @@ SELECT r.rolname, p.oid::regprocedure::text AS may_execute
        (VALUES ('outbox_writer'), ('outbox_monitor'), ('pg_monitor'), ('outbox_admin')) AS r(rolname)
  WHERE p.pronamespace IN ('outbox'::regnamespace, 'inbox'::regnamespace)
    AND has_function_privilege(r.rolname, p.oid, 'EXECUTE')
- ORDER BY 1, 2 COLLATE "C";
+ ORDER BY 1, p.oid::regprocedure::text COLLATE "C";
 SELECT r.rolname, p.oid::regprocedure AS internal
   FROM pg_proc p,
        (VALUES ('outbox_writer'), ('outbox_monitor'), ('pg_monitor'), ('outbox_admin')) AS r(rolname)
  WHERE p.pronamespace IN ('outbox'::regnamespace, 'inbox'::regnamespace)
    AND p.proname LIKE '\_%'
-   AND has_function_privilege(r.rolname, p.oid, 'EXECUTE');
+   AND has_function_privilege(r.rolname, p.oid, 'EXECUTE')
+ ORDER BY 1, p.oid::regprocedure::text COLLATE "C";
 -- Every trigger that a write of the admin's fires reads or writes only
 -- what the admin may, or runs with its owner's rights.
 SELECT t.tgrelid::regclass::text AS relation, t.tgname, p.oid::regprocedure AS trigger_function
@@ -97,7 +99,7 @@ SELECT t.tgrelid::regclass::text AS relation, t.tgname, p.oid::regprocedure AS t
  WHERE t.tgrelid IN ('outbox.destinations'::regclass, 'outbox.routes'::regclass,
                      'outbox.credentials'::regclass)
    AND NOT t.tgisinternal
- ORDER BY 1 COLLATE "C", 2;
+ ORDER BY t.tgrelid::regclass::text COLLATE "C", 2;
 
 INSERT INTO outbox.destinations (name, url) VALUES ('roles-d', 'http://127.0.0.1:9/roles');
 INSERT INTO outbox.routes (pattern, destination) VALUES ('roles.*', 'roles-d');
