@@ -381,7 +381,7 @@ COMMENT ON TABLE outbox.settled_events IS
 --                                          batch's acknowledgement time
 --                                          while the batch row exists
 --                                          (NULL once trimmed)
---   events_0_3 (0.3's rows)             -> as stored
+--   events_0_3 (0.3's rows)             -> as stored (unless purged)
 -- A copy in retries or dead_events hides its log row; a log row hides an
 -- events_0_3 row of the same id.  next_attempt_at of a log row is
 -- not_before (else created_at): the claim does not write it.
@@ -438,7 +438,8 @@ SELECT o.id, o.type, o.aggregate_type, o.aggregate_id, o.payload, o.headers, o.t
        o.destination, o.status, o.attempts, o.next_attempt_at, o.created_at, o.published_at,
        o.last_status, o.last_error, o.leased_until, o.ordering_key
   FROM outbox.events_0_3 AS o
- WHERE NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id OPERATOR(pg_catalog.=) o.id)
+ WHERE NOT EXISTS (SELECT 1 FROM outbox.settled_events AS s WHERE s.id OPERATOR(pg_catalog.=) o.id)
+   AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id OPERATOR(pg_catalog.=) o.id)
    AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x WHERE x.id OPERATOR(pg_catalog.=) o.id)
    AND NOT EXISTS (SELECT 1 FROM outbox.log AS x WHERE x.id OPERATOR(pg_catalog.=) o.id);
 
@@ -963,6 +964,11 @@ DROP FUNCTION IF EXISTS outbox._expire_published(pg_catalog.interval, pg_catalog
 --       outbox.retries too (attempts 0, due now: the retries lease takes
 --       an aggregate's head only), so the aggregate keeps its order;
 --   dead -> outbox.dead_events.
+-- A row moved to the log leaves events_0_3.  A row copied to retries or
+-- dead_events stays there as 'published' with no published_at, hidden by
+-- its copy in the view outbox.events: once the copy is delivered and
+-- deleted, the event still shows, as published (a purged dead letter is
+-- hidden by outbox.settled_events).
 CREATE FUNCTION outbox._move_events_0_3()
 RETURNS pg_catalog.int8
 LANGUAGE plpgsql VOLATILE
@@ -1048,10 +1054,18 @@ BEGIN
                 ON CONFLICT (id) DO NOTHING
             RETURNING 1),
         gone AS (
-            DELETE FROM outbox.events_0_3 AS e USING m WHERE e.id = m.id
+            DELETE FROM outbox.events_0_3 AS e USING m
+             WHERE e.id = m.id AND m.goes = 'log'
+            RETURNING 1),
+        shadowed AS (
+            UPDATE outbox.events_0_3 AS e
+               SET status = 'published', published_at = NULL, leased_until = NULL
+              FROM m
+             WHERE e.id = m.id AND m.goes <> 'log'
             RETURNING 1)
         SELECT (SELECT count(*) FROM to_log) + (SELECT count(*) FROM to_retries)
-               + (SELECT count(*) FROM to_dead) + 0 * (SELECT count(*) FROM gone)$f$, cur)
+               + (SELECT count(*) FROM to_dead)
+               + 0 * ((SELECT count(*) FROM gone) + (SELECT count(*) FROM shadowed))$f$, cur)
     INTO moved;
     IF moved > 0 THEN
         PERFORM outbox._wake();
@@ -1108,6 +1122,7 @@ AS $$
     forgotten AS (
         DELETE FROM outbox.settled_events AS s
          WHERE NOT EXISTS (SELECT 1 FROM outbox.log AS l WHERE l.id = s.id)
+           AND NOT EXISTS (SELECT 1 FROM outbox.events_0_3 AS o WHERE o.id = s.id)
         RETURNING 1)
     SELECT (SELECT pg_catalog.count(*) FROM marked)
            + (SELECT pg_catalog.count(*) FROM moved)
