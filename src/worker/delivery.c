@@ -776,8 +776,8 @@ relay_capacity(RelayDestination *rd, TimestampTz now, bool *probe)
 }
 
 /*
- * One leased row (of OutboxStoreLease's result) as an event in its own
- * memory context, counted in flight.
+ * One claimed or leased row (store.c: a claim's or a retries lease's) as
+ * an event in its own memory context, counted in flight.
  */
 static RelayEvent *
 delivery_new_event(LoadedDestination *d, RelayDestination *rd, bool probe,

@@ -1,29 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * retention.c
- *		  Deleting published outbox events after outbox.retention.
+ *		  Retention of the insert-only store: the log's rotation and the
+ *		  trim of claimed batches (README.store, section 3.1).
  *
- * Relay worker 0 of each database runs one retention batch inside its
- * lease transaction at most once a second, and again at once while the
- * previous batch was full, so a backlog of expired rows drains at
- * outbox.retention_batch rows per relay cycle without ever holding one
- * long transaction.  Only rows with status 'published' and a published_at
- * older than the cutoff are deleted: pending rows are never touched, and
- * dead letters stay until an operator purges them.
- *
- * Finding the expired rows without an extra index: published_at is never
- * earlier than the event's creation, and message ids are UUIDv7 whose
- * first 48 bits are the Unix milliseconds of the emit.  So every expired
- * row has an id below the UUID made of the cutoff's milliseconds and
- * zeros, and the primary key, walked from its low end, yields them oldest
- * first.  An index on published_at would make every acknowledgement write
- * one more index entry; this costs nothing on the hot path.  Rows on the
- * way that are not expired (old pending or dead ones) are stepped over; a
- * row whose id is not a UUIDv7 (inserted without emit()) sorts by its
- * random bits and may wait longer than the retention to be deleted.
- *
- * The rows are locked with FOR UPDATE SKIP LOCKED and deleted by ctid,
- * like the lease, so retention never waits for the relay or an operator.
+ * Relay worker 0 of each database runs both from its housekeeping
+ * (housekeeping.c); outbox._rotate_log() and outbox._trim_batches() run
+ * them by hand.  0.2's DELETE of published outbox.events rows is gone
+ * with that table; its C entry point stays for the older install scripts.
  *
  * Copyright (c) 2026, outbox_pg developers
  *
@@ -48,83 +32,23 @@
 #include "guc.h"
 #include "worker/worker.h"
 
-static uint64 retention_expire_published(TimestampTz cutoff, int batch_size);
-
-
 PG_FUNCTION_INFO_V1(outbox_expire_published);
 PG_FUNCTION_INFO_V1(outbox__rotate_log);
 PG_FUNCTION_INFO_V1(outbox__trim_batches);
 
-static const char *expire_sql =
-"DELETE FROM outbox.events AS e"
-" WHERE e.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-"        SELECT c.ctid FROM outbox.events AS c"
-"         WHERE c.id OPERATOR(pg_catalog.<) $1"
-"           AND c.status OPERATOR(pg_catalog.=) 'published'"
-"           AND c.published_at OPERATOR(pg_catalog.<) $2"
-"         ORDER BY c.id"
-"         LIMIT $3"
-"           FOR UPDATE SKIP LOCKED))";
-
-static SPIPlanPtr expire_plan = NULL;
-
 /*
- * Delete up to batch_size published rows published before cutoff.
- * The caller is connected to SPI.  Returns the rows deleted.
- */
-static uint64
-retention_expire_published(TimestampTz cutoff, int batch_size)
-{
-	Oid			types[3] = {UUIDOID, TIMESTAMPTZOID, INT4OID};
-	Datum		args[3];
-	pg_uuid_t  *bound = palloc0(sizeof(pg_uuid_t));
-	int64		unix_ms;
-	int			ret;
-
-	unix_ms = (cutoff + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY) / 1000;
-	if (unix_ms < 0)
-		unix_ms = 0;
-	for (int i = 0; i < 6; i++)
-		bound->data[i] = (unsigned char) (unix_ms >> (40 - 8 * i));
-
-	args[0] = UUIDPGetDatum(bound);
-	args[1] = TimestampTzGetDatum(cutoff);
-	args[2] = Int32GetDatum(batch_size);
-	ret = SPI_execute_plan(WorkerKeepPlan(&expire_plan, expire_sql, 3, types),
-						   args, NULL, false, 0);
-	if (ret != SPI_OK_DELETE)
-		elog(ERROR, "outbox retention failed: %s", SPI_result_code_string(ret));
-	return SPI_processed;
-}
-
-/*
- * outbox._expire_published(retention interval, batch_size int4) returns int8
- * — the relay's retention statement, for tests and operators.
+ * 0.2's retention statement is gone with outbox.events; the 0.1.0 and
+ * 0.2.x install scripts still declare a function on this symbol.
  */
 Datum
 outbox_expire_published(PG_FUNCTION_ARGS)
 {
-	TimestampTz cutoff;
-	uint64		n;
-
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("arguments must not be null")));
-	if (PG_GETARG_INT32(1) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch size must not be negative")));
-	cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
-													 TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
-													 PG_GETARG_DATUM(0)));
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	n = retention_expire_published(cutoff, PG_GETARG_INT32(1));
-	SPI_finish();
-	PG_RETURN_INT64((int64) n);
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("outbox._expire_published() was removed in outbox_pg 0.4.0"),
+			 errhint("Retention rotates the event log: see outbox.retention.")));
+	PG_RETURN_NULL();
 }
-
 
 /*
  * Retention of the insert-only store (issue #21, README.store section 3.1

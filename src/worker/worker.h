@@ -91,13 +91,6 @@ extern char *OutboxRotateLog(Interval *every);
 extern int64 OutboxTrimBatches(void);
 
 /* store.c */
-extern uint64 OutboxStoreLease(int batch_size, Interval *lease,
-							   const char *destination);
-extern uint64 OutboxStoreAck(Datum ids, Datum statuses);
-extern uint64 OutboxStoreRetry(Datum ids, Datum next_at, Datum statuses,
-							   Datum errors, Datum leases, Datum give_back);
-extern uint64 OutboxStoreDead(Datum ids, Datum statuses, Datum errors,
-							  Datum leases);
 extern uint64 OutboxStoreClaim(int batch_size, Interval *lease,
 							   const char *destination);
 extern uint64 OutboxStoreClaimNext(int batch_size, Interval *lease,
