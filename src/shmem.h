@@ -106,6 +106,5 @@ extern const char *OutboxRelayStateName(RelayState state);
 extern int	OutboxEmitCounterIndex(Oid dboid, const char *destination);
 
 /* api/wake.c: emit() names its destination (the others are in api.h) */
-extern void OutboxWakeDestinationAtCommit(const char *destination);
 
 #endif							/* OUTBOX_SHMEM_H */

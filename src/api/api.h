@@ -43,6 +43,7 @@ extern void OutboxConfigInit(void);
 
 /* wake.c */
 extern void OutboxWakeAtCommit(void);
+extern void OutboxWakeDestinationAtCommit(const char *destination);
 extern void OutboxConfigChangedAtCommit(void);
 
 /* validate.c */

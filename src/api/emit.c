@@ -151,13 +151,15 @@ outbox_emit(PG_FUNCTION_ARGS)
 
 		emit_build_log_row(fcinfo, &ev, id, values, nulls);
 		emit_insert(relid, LOG_NATTS, values, nulls);
+		/* only this destination's relays look for new work (issue #19) */
+		OutboxWakeDestinationAtCommit(ev.destination);
 	}
 	else
 	{
 		emit_build_row(fcinfo, &ev, id, values, nulls);
 		emit_insert(cfg->events_relid, cfg->events_natts, values, nulls);
+		OutboxWakeAtCommit();
 	}
-	OutboxWakeAtCommit();
 
 	PG_RETURN_UUID_P(id);
 }
@@ -305,7 +307,7 @@ outbox__events_insert(PG_FUNCTION_ARGS)
 	cfg = OutboxGetConfig();
 	relid = emit_log_slot(&cfg);
 	emit_insert(relid, LOG_NATTS, values, nulls);
-	OutboxWakeAtCommit();
+	OutboxWakeDestinationAtCommit(destination);
 
 	/* what RETURNING shows: the row as stored, pending */
 	if (ev_nulls[EV_STATUS - 1])
