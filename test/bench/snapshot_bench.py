@@ -282,6 +282,11 @@ def stream_run(bin_dir, rate, with_snapshot):
 
 
 def analyse(rate, t0, ticks, emitted, items, cpu, sizes, held):
+    """Per-window figures; held is the span of the snapshot, or None for a
+    run without one (then the span the hold has in the run with one)."""
+    real_hold = held is not None
+    if held is None:
+        held = (t0 + WARMUP, t0 + WARMUP + HOLD)
     tstart = min(s for s, _, _ in ticks.values())
     nwin = int((WARMUP + HOLD + AFTER) // WINDOW)
     offered = [0] * nwin
@@ -315,16 +320,9 @@ def analyse(rate, t0, ticks, emitted, items, cpu, sizes, held):
         dt = max(cpu[ib][0] - cpu[ia][0], 1e-9)
         cum_off += offered[w]
         cum_del += delivered[w]
-        phase = "warm"
-        if held is not None and held[1] is not None:
-            if a >= held[0] - 0.5 and b <= held[1] + 0.5:
-                phase = "held"
-            elif a >= held[1]:
-                phase = "after"
-        elif a >= tstart + WARMUP - 0.5 and b <= tstart + WARMUP + HOLD + 0.5:
-            phase = "(held)"        # the same span of the run without a snapshot
-        elif a >= tstart + WARMUP + HOLD:
-            phase = "after"
+        mid = (a + b) / 2
+        lo, hi = held
+        phase = "warm" if mid < lo else ("after" if mid > hi else ("held" if real_hold else "(held)"))
         windows.append({
             "t": (w + 1) * WINDOW, "phase": phase, "offered": offered[w] / WINDOW,
             "delivered": delivered[w] / WINDOW,
