@@ -10,7 +10,7 @@
 -- The objects of the append-only store, side by side with outbox.events.
 -- Nothing writes to them yet except the statements of src/worker/store.c
 -- that the SQL wrappers below expose (outbox._claim, _claim_ack,
--- _claim_recover, _snapshot_cut, _retries_*, _emit_log, _rotate_log, _trim_batches); emit(), the relay, the views and the
+-- _claim_recover, _snapshot_cut, _retries_*, _rotate_log, _trim_batches); emit(), the relay, the views and the
 -- move of outbox.events' rows follow in the order README.store section 6
 -- gives (see HANDOVER.store.md).
 --
@@ -305,27 +305,6 @@ REVOKE ALL ON FUNCTION outbox._retries_retry(pg_catalog.uuid[], pg_catalog.times
 REVOKE ALL ON FUNCTION outbox._retries_dead(pg_catalog.uuid[], pg_catalog.int4[], pg_catalog.text[],
                                             pg_catalog.timestamptz[]) FROM PUBLIC;
 
--- emit() into the log (src/api/emit.c): the same checks, ordering lock and
--- row as outbox.emit(), inserted into the current slot with the
--- transaction's xid.  Internal and temporary: the tests use it until
--- emit() itself writes to the log.  Granted to no one.
-CREATE FUNCTION outbox._emit_log(
-    type            pg_catalog.text,
-    aggregate_id    pg_catalog.text,
-    payload         pg_catalog.jsonb,
-    aggregate_type  pg_catalog.text DEFAULT NULL,
-    destination     pg_catalog.text DEFAULT NULL,
-    headers         pg_catalog.jsonb DEFAULT NULL,
-    traceparent     pg_catalog.text DEFAULT NULL,
-    not_before      pg_catalog.timestamptz DEFAULT NULL)
-RETURNS pg_catalog.uuid
-AS 'MODULE_PATHNAME', 'outbox__emit_log'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-REVOKE ALL ON FUNCTION outbox._emit_log(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
-                                        pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
-                                        pg_catalog.text, pg_catalog.timestamptz) FROM PUBLIC;
-
 -- emit() caches the current slot per backend; a switch invalidates it
 CREATE TRIGGER rotation_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON outbox.rotation
@@ -353,3 +332,636 @@ LANGUAGE C VOLATILE;
 
 REVOKE ALL ON FUNCTION outbox._trim_batches() FROM PUBLIC;
 -- end of insert-only store (issue #21)
+
+------------------------------------------------------------------------
+-- store surface (issue #21): outbox.events becomes a view over the store
+------------------------------------------------------------------------
+
+-- From 0.4.0 emit() writes the log (outbox.log_0..2) and nothing updates
+-- an event row any more.  The 0.3 table keeps its rows under a new name:
+-- its published history stays readable through the view below (and is
+-- counted by destination_stats) until its retention; the move of its
+-- pending and dead rows into the store follows further down.
+ALTER TABLE outbox.events RENAME TO events_0_3;
+COMMENT ON TABLE outbox.events_0_3 IS
+    'outbox.events as 0.3 kept it: published history, shown by the view outbox.events; nothing writes here any more.';
+
+-- Unrouted events of the log that outbox._route_pending() gave a
+-- destination (their copy went to outbox.retries), and dead letters that
+-- outbox.purge_dead() deleted: a log row is never changed, so what became
+-- of it is kept here until its slot is truncated.
+CREATE TABLE outbox.settled_events (
+    id          pg_catalog.uuid PRIMARY KEY,
+    settled     pg_catalog.text NOT NULL
+                CONSTRAINT settled_events_settled_check
+                CHECK (settled OPERATOR(pg_catalog.=) ANY (ARRAY['routed', 'purged'])),
+    settled_at  pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+
+COMMENT ON TABLE outbox.settled_events IS
+    'Log events routed later (copied to outbox.retries) or purged as dead letters; kept until their log slot is truncated.';
+
+-- The compatibility view: every event the store knows, one row per id,
+-- with the columns and types of the 0.3 table.  For reading (and for
+-- INSERT, see below), not for the hot path: a log row's state is derived
+-- from its destination's batches.
+--   dead_events                         -> 'dead'
+--   retries (failed, deferred, held,    -> 'pending' with their attempts,
+--     redriven, routed later)              due_at, leased_until, last_*
+--   log, not yet claimed (its xid not   -> 'pending', attempts 0
+--     visible in the destination's
+--     position), unrouted, or for a
+--     destination that does not exist
+--   log, in an unacknowledged batch     -> 'pending', attempts 1, the
+--                                          batch's leased_until
+--   log, acknowledged                   -> 'published', published_at the
+--                                          batch's acknowledgement time
+--                                          while the batch row exists
+--                                          (NULL once trimmed)
+--   events_0_3 (0.3's rows)             -> as stored
+-- A copy in retries or dead_events hides its log row; a log row hides an
+-- events_0_3 row of the same id.  next_attempt_at of a log row is
+-- not_before (else created_at): the claim does not write it.
+CREATE VIEW outbox.events AS
+SELECT d.id, d.type, d.aggregate_type, d.aggregate_id, d.payload, d.headers, d.traceparent,
+       d.destination, 'dead'::pg_catalog.text AS status, d.attempts,
+       d.due_at AS next_attempt_at, d.created_at,
+       NULL::pg_catalog.timestamptz AS published_at, d.last_status, d.last_error,
+       NULL::pg_catalog.timestamptz AS leased_until, d.ordering_key
+  FROM outbox.dead_events AS d
+UNION ALL
+SELECT r.id, r.type, r.aggregate_type, r.aggregate_id, r.payload, r.headers, r.traceparent,
+       r.destination, 'pending', r.attempts, r.due_at, r.created_at, NULL,
+       r.last_status, r.last_error, r.leased_until, r.ordering_key
+  FROM outbox.retries AS r
+ WHERE NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id OPERATOR(pg_catalog.=) r.id)
+UNION ALL
+SELECT l.id, l.type, l.aggregate_type, l.aggregate_id, l.payload, l.headers, l.traceparent,
+       l.destination,
+       CASE WHEN s.settled IS NOT NULL OR (c.claimed AND c.acked IS NOT FALSE)
+            THEN 'published' ELSE 'pending' END,
+       CASE WHEN s.settled IS NOT NULL OR c.claimed THEN 1 ELSE 0 END,
+       COALESCE(l.not_before, l.created_at), l.created_at,
+       CASE WHEN c.claimed AND c.acked IS NOT FALSE THEN c.acked_at END,
+       NULL, NULL,
+       CASE WHEN c.acked IS FALSE THEN c.leased_until END,
+       l.ordering_key
+  FROM outbox.log AS l
+  LEFT JOIN outbox.settled_events AS s ON s.id OPERATOR(pg_catalog.=) l.id
+  LEFT JOIN LATERAL (
+        SELECT p.claimed, b.leased_until, b.acked, b.acked_at
+          FROM (SELECT COALESCE(pg_catalog.pg_visible_in_snapshot(l.xid, n.to_snap), false) AS claimed
+                  FROM (SELECT (SELECT t.to_snap FROM outbox.batches AS t
+                                 WHERE t.destination OPERATOR(pg_catalog.=) l.destination
+                                 ORDER BY t.seq DESC LIMIT 1) AS to_snap) AS n) AS p
+          LEFT JOIN LATERAL (
+                SELECT t.leased_until, a.seq IS NOT NULL AS acked, a.acked_at
+                  FROM outbox.batches AS t
+                  LEFT JOIN outbox.batch_acks AS a
+                    ON a.destination OPERATOR(pg_catalog.=) t.destination
+                   AND a.seq OPERATOR(pg_catalog.=) t.seq
+                 WHERE p.claimed
+                   AND t.destination OPERATOR(pg_catalog.=) l.destination
+                   AND pg_catalog.pg_visible_in_snapshot(l.xid, t.to_snap)
+                   AND NOT pg_catalog.pg_visible_in_snapshot(l.xid, t.from_snap)
+                 ORDER BY t.seq DESC LIMIT 1) AS b ON true) AS c ON true
+ WHERE (s.settled IS NULL OR s.settled OPERATOR(pg_catalog.<>) 'purged')
+   AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x WHERE x.id OPERATOR(pg_catalog.=) l.id)
+   AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id OPERATOR(pg_catalog.=) l.id)
+UNION ALL
+SELECT o.id, o.type, o.aggregate_type, o.aggregate_id, o.payload, o.headers, o.traceparent,
+       o.destination, o.status, o.attempts, o.next_attempt_at, o.created_at, o.published_at,
+       o.last_status, o.last_error, o.leased_until, o.ordering_key
+  FROM outbox.events_0_3 AS o
+ WHERE NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id OPERATOR(pg_catalog.=) o.id)
+   AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x WHERE x.id OPERATOR(pg_catalog.=) o.id)
+   AND NOT EXISTS (SELECT 1 FROM outbox.log AS x WHERE x.id OPERATOR(pg_catalog.=) o.id);
+
+COMMENT ON VIEW outbox.events IS
+    'Every event with its 0.3 columns, derived from the store (log, batches, retries, dead letters) and the 0.3 history; for reading, not for the hot path. INSERT writes the log; UPDATE and DELETE are refused.';
+
+-- INSERT INTO outbox.events (without emit()): the row goes into the log
+-- with the inserting transaction's xid and is delivered like an emitted
+-- one, without emit()'s checks (destination as given, routed by type when
+-- NULL; a missing id is generated).  Only 'pending' rows are accepted.
+CREATE FUNCTION outbox._events_insert()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'outbox__events_insert'
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+-- UPDATE and DELETE: an event is never changed in place any more.
+CREATE FUNCTION outbox._events_refuse()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'cannot % outbox.events', pg_catalog.lower(TG_OP)
+          USING ERRCODE = 'feature_not_supported',
+                DETAIL = 'Since outbox_pg 0.4.0 outbox.events is a view over the event store; events are never changed in place.',
+                HINT = 'Use outbox.redrive() or outbox.redrive_dead() to send dead letters again, outbox.purge_dead() to delete them, outbox.release_aggregate() to unblock an aggregate; published events expire with outbox.retention.';
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox._events_insert() FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox._events_refuse() FROM PUBLIC;
+
+CREATE TRIGGER events_insert
+    INSTEAD OF INSERT ON outbox.events
+    FOR EACH ROW EXECUTE FUNCTION outbox._events_insert();
+CREATE TRIGGER events_refuse
+    INSTEAD OF UPDATE OR DELETE ON outbox.events
+    FOR EACH ROW EXECUTE FUNCTION outbox._events_refuse();
+
+-- whoever could read or write the 0.3 table can read or write the view
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname) END AS who,
+               x.privilege_type AS what
+          FROM pg_catalog.pg_class AS c,
+               LATERAL pg_catalog.aclexplode(c.relacl) AS x
+          LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) x.grantee
+         WHERE c.oid OPERATOR(pg_catalog.=) 'outbox.events_0_3'::pg_catalog.regclass
+           AND x.grantee OPERATOR(pg_catalog.<>) c.relowner
+           AND x.privilege_type OPERATOR(pg_catalog.=) ANY (ARRAY['SELECT', 'INSERT'])
+    LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON outbox.events TO %s', g.what, g.who);
+    END LOOP;
+END
+$$;
+
+-- Pending and dead events per destination (NULL: unrouted), as in 0.3,
+-- from the store: pending = unclaimed log rows + events of
+-- unacknowledged batches + retries; claimable = unclaimed rows due now +
+-- events of batches whose lease ran out + retries due and not leased;
+-- the ages are exact (the oldest unclaimed row, the oldest event of an
+-- unacknowledged batch, the oldest retries row attempted or due), never
+-- counting events scheduled for later and not yet attempted.  The log is
+-- read from each destination's position on (index (destination, xid));
+-- the destinations present in the log are found by a skip scan.
+CREATE OR REPLACE VIEW outbox._destination_backlog AS
+WITH RECURSIVE dl(destination) AS (
+        SELECT (SELECT pg_catalog.min(l.destination) FROM outbox.log AS l)
+        UNION ALL
+        SELECT (SELECT pg_catalog.min(l.destination) FROM outbox.log AS l
+                 WHERE l.destination OPERATOR(pg_catalog.>) dl.destination)
+          FROM dl WHERE dl.destination IS NOT NULL)
+SELECT b.destination,
+       pg_catalog.sum(b.pending)::pg_catalog.int8 AS pending,
+       pg_catalog.sum(b.claimable)::pg_catalog.int8 AS claimable,
+       pg_catalog.min(b.oldest_pending_at) AS oldest_pending_at,
+       pg_catalog.min(b.oldest_claimable_at) AS oldest_claimable_at,
+       pg_catalog.sum(b.dead)::pg_catalog.int8 AS dead,
+       pg_catalog.min(b.oldest_dead_at) AS oldest_dead_at
+  FROM (-- unclaimed log rows of each destination found in the log
+        SELECT dl.destination, u.pending, u.claimable, u.oldest_claimable_at AS oldest_pending_at,
+               u.oldest_claimable_at, 0::pg_catalog.int8 AS dead,
+               NULL::pg_catalog.timestamptz AS oldest_dead_at
+          FROM dl
+          CROSS JOIN LATERAL (
+                SELECT (SELECT t.to_snap FROM outbox.batches AS t
+                         WHERE t.destination OPERATOR(pg_catalog.=) dl.destination
+                         ORDER BY t.seq DESC LIMIT 1) AS pos) AS p
+          CROSS JOIN LATERAL (
+                SELECT pg_catalog.count(*) AS pending,
+                       pg_catalog.count(*) FILTER (
+                           WHERE l.not_before IS NULL
+                              OR l.not_before OPERATOR(pg_catalog.<=) pg_catalog.now()) AS claimable,
+                       pg_catalog.min(l.created_at) FILTER (
+                           WHERE l.not_before IS NULL
+                              OR l.not_before OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_claimable_at
+                  FROM outbox.log AS l
+                 WHERE l.destination OPERATOR(pg_catalog.=) dl.destination
+                   AND l.xid OPERATOR(pg_catalog.>=)
+                       COALESCE(pg_catalog.pg_snapshot_xmin(p.pos), '0'::pg_catalog.xid8)
+                   AND (p.pos IS NULL OR NOT pg_catalog.pg_visible_in_snapshot(l.xid, p.pos))
+                   AND NOT EXISTS (SELECT 1 FROM outbox.settled_events AS s
+                                    WHERE s.id OPERATOR(pg_catalog.=) l.id)
+                   AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x
+                                    WHERE x.id OPERATOR(pg_catalog.=) l.id)
+                   AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x
+                                    WHERE x.id OPERATOR(pg_catalog.=) l.id)) AS u
+         WHERE dl.destination IS NOT NULL AND u.pending OPERATOR(pg_catalog.>) 0
+        UNION ALL
+        -- unrouted log rows not routed since
+        SELECT NULL, pg_catalog.count(*),
+               pg_catalog.count(*) FILTER (
+                   WHERE l.not_before IS NULL OR l.not_before OPERATOR(pg_catalog.<=) pg_catalog.now()),
+               pg_catalog.min(l.created_at) FILTER (
+                   WHERE l.not_before IS NULL OR l.not_before OPERATOR(pg_catalog.<=) pg_catalog.now()),
+               pg_catalog.min(l.created_at) FILTER (
+                   WHERE l.not_before IS NULL OR l.not_before OPERATOR(pg_catalog.<=) pg_catalog.now()),
+               0, NULL
+          FROM outbox.log AS l
+         WHERE l.destination IS NULL
+           AND NOT EXISTS (SELECT 1 FROM outbox.settled_events AS s WHERE s.id OPERATOR(pg_catalog.=) l.id)
+           AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x WHERE x.id OPERATOR(pg_catalog.=) l.id)
+        HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0
+        UNION ALL
+        -- claimed, not acknowledged: the batch's log rows (its deferred
+        -- and held events are counted as the retries rows they became)
+        SELECT t.destination, pg_catalog.count(l.id),
+               pg_catalog.count(l.id) FILTER (WHERE t.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()),
+               pg_catalog.min(l.created_at),
+               pg_catalog.min(l.created_at) FILTER (
+                   WHERE t.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()),
+               0, NULL
+          FROM outbox.batches AS t
+          JOIN outbox.log AS l
+            ON l.destination OPERATOR(pg_catalog.=) t.destination
+           AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin(t.from_snap)
+           AND l.xid OPERATOR(pg_catalog.<) pg_catalog.pg_snapshot_xmax(t.to_snap)
+           AND pg_catalog.pg_visible_in_snapshot(l.xid, t.to_snap)
+           AND NOT pg_catalog.pg_visible_in_snapshot(l.xid, t.from_snap)
+         WHERE NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS a
+                            WHERE a.destination OPERATOR(pg_catalog.=) t.destination
+                              AND a.seq OPERATOR(pg_catalog.=) t.seq)
+           AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x WHERE x.id OPERATOR(pg_catalog.=) l.id)
+           AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id OPERATOR(pg_catalog.=) l.id)
+         GROUP BY t.destination
+        UNION ALL
+        -- failed, deferred, held, redriven, routed later
+        SELECT r.destination, pg_catalog.count(*),
+               pg_catalog.count(*) FILTER (
+                   WHERE r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+                     AND (r.leased_until IS NULL
+                          OR r.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())),
+               pg_catalog.min(r.created_at) FILTER (
+                   WHERE r.attempts OPERATOR(pg_catalog.>) 0
+                      OR r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()),
+               pg_catalog.min(r.created_at) FILTER (
+                   WHERE r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+                     AND (r.leased_until IS NULL
+                          OR r.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())),
+               0, NULL
+          FROM outbox.retries AS r
+         WHERE NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id OPERATOR(pg_catalog.=) r.id)
+         GROUP BY r.destination
+        UNION ALL
+        SELECT d.destination, 0, 0, NULL, NULL, pg_catalog.count(*), pg_catalog.min(d.created_at)
+          FROM outbox.dead_events AS d
+         GROUP BY d.destination) AS b
+ GROUP BY b.destination;
+
+-- As in 0.3; published rows are counted through outbox.events (acknowledged
+-- log rows and the 0.3 history): still a full read, as documented.
+CREATE OR REPLACE VIEW outbox.destination_stats AS
+WITH b AS (SELECT * FROM outbox._destination_backlog),
+     p AS (SELECT e.destination,
+                  pg_catalog.count(*) AS published,
+                  pg_catalog.max(e.published_at) AS last_published_at
+             FROM outbox.events AS e
+            WHERE e.status OPERATOR(pg_catalog.=) 'published'
+            GROUP BY e.destination),
+     r AS (SELECT * FROM outbox.destination_runtime()),
+     k AS (SELECT d.name FROM outbox.destinations AS d
+           UNION SELECT b.destination FROM b
+           UNION SELECT p.destination FROM p)
+SELECT coalesce(k.name, '(unrouted)') AS destination,
+       coalesce(b.pending, 0)::pg_catalog.int8 AS pending,
+       pg_catalog.now() OPERATOR(pg_catalog.-) b.oldest_pending_at AS oldest_pending_age,
+       coalesce(p.published, 0)::pg_catalog.int8 AS published,
+       p.last_published_at,
+       coalesce(b.dead, 0)::pg_catalog.int8 AS dead,
+       coalesce(b.claimable, 0)::pg_catalog.int8 AS claimable,
+       pg_catalog.now() OPERATOR(pg_catalog.-) b.oldest_claimable_at AS oldest_claimable_age,
+       pg_catalog.now() OPERATOR(pg_catalog.-) b.oldest_dead_at AS oldest_dead_age,
+       coalesce(r.in_flight, 0)::pg_catalog.int8 AS in_flight,
+       d.paused,
+       CASE WHEN d.name IS NOT NULL THEN coalesce(r.circuit_state, 'closed') END AS circuit_state,
+       r.last_success_at,
+       r.last_error_at,
+       coalesce(r.recent_2xx, 0)::pg_catalog.int8 AS recent_2xx,
+       coalesce(r.recent_3xx, 0)::pg_catalog.int8 AS recent_3xx,
+       coalesce(r.recent_4xx, 0)::pg_catalog.int8 AS recent_4xx,
+       coalesce(r.recent_5xx, 0)::pg_catalog.int8 AS recent_5xx,
+       coalesce(r.recent_errors, 0)::pg_catalog.int8 AS recent_errors,
+       r.recent_latency_avg_ms,
+       r.recent_latency_max_ms
+  FROM k
+  LEFT JOIN outbox.destinations AS d ON d.name OPERATOR(pg_catalog.=) k.name
+  LEFT JOIN b ON b.destination IS NOT DISTINCT FROM k.name
+  LEFT JOIN p ON p.destination IS NOT DISTINCT FROM k.name
+  LEFT JOIN r ON r.destination OPERATOR(pg_catalog.=) k.name;
+
+-- Unreleased dead letters of ordered destinations (policy 'block') from
+-- outbox.dead_events; waiting = the aggregate's later events still to be
+-- sent: copies in outbox.retries (the claim holds them there) and log rows
+-- past the destination's position.
+CREATE OR REPLACE VIEW outbox.blocked_aggregates AS
+SELECT d.destination, d.aggregate_id,
+       d.id AS dead_event_id, d.type AS dead_event_type,
+       d.created_at AS dead_event_created_at,
+       d.last_status, d.last_error,
+       (SELECT pg_catalog.count(*) FROM outbox.retries AS p
+         WHERE p.destination OPERATOR(pg_catalog.=) d.destination
+           AND p.ordering_key OPERATOR(pg_catalog.=) d.ordering_key
+           AND p.id OPERATOR(pg_catalog.>) d.id)
+       OPERATOR(pg_catalog.+)
+       (SELECT pg_catalog.count(*) FROM outbox.log AS l
+         WHERE l.destination OPERATOR(pg_catalog.=) d.destination
+           AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin(d.pos)
+           AND NOT pg_catalog.pg_visible_in_snapshot(l.xid, d.pos)
+           AND l.ordering_key OPERATOR(pg_catalog.=) d.ordering_key
+           AND l.id OPERATOR(pg_catalog.>) d.id) AS waiting
+  FROM outbox.destinations AS dst
+  JOIN LATERAL (
+        SELECT e.*,
+               (SELECT t.to_snap FROM outbox.batches AS t
+                 WHERE t.destination OPERATOR(pg_catalog.=) e.destination
+                 ORDER BY t.seq DESC LIMIT 1) AS pos
+          FROM outbox.dead_events AS e
+         WHERE e.destination OPERATOR(pg_catalog.=) dst.name
+           AND e.ordering_key IS NOT NULL
+           AND e.id OPERATOR(pg_catalog.>) COALESCE(
+                 (SELECT r.released_through FROM outbox.aggregate_releases AS r
+                   WHERE r.destination OPERATOR(pg_catalog.=) e.destination
+                     AND r.aggregate_id OPERATOR(pg_catalog.=) e.ordering_key),
+                 '00000000-0000-0000-0000-000000000000'::pg_catalog.uuid)
+           AND NOT EXISTS (
+                 SELECT 1 FROM outbox.dead_events AS x
+                  WHERE x.destination OPERATOR(pg_catalog.=) e.destination
+                    AND x.ordering_key OPERATOR(pg_catalog.=) e.ordering_key
+                    AND x.id OPERATOR(pg_catalog.<) e.id
+                    AND x.id OPERATOR(pg_catalog.>) COALESCE(
+                          (SELECT r.released_through FROM outbox.aggregate_releases AS r
+                            WHERE r.destination OPERATOR(pg_catalog.=) x.destination
+                              AND r.aggregate_id OPERATOR(pg_catalog.=) x.ordering_key),
+                          '00000000-0000-0000-0000-000000000000'::pg_catalog.uuid))
+       ) AS d ON true
+ WHERE dst.options OPERATOR(pg_catalog.->>) 'ordering' OPERATOR(pg_catalog.=) 'aggregate'
+   AND COALESCE(dst.options OPERATOR(pg_catalog.->>) 'on_dead', 'block')
+       OPERATOR(pg_catalog.=) 'block';
+
+-- The dead-letter functions, release_aggregate() and _route_pending() on
+-- the store: dead letters are the rows of outbox.dead_events; a redrive
+-- moves them to outbox.retries (attempts from zero, due now, last error
+-- kept); a purge deletes them and records the id as settled so that the
+-- log row does not show again.
+CREATE OR REPLACE FUNCTION outbox.release_aggregate(destination pg_catalog.text,
+                                                    aggregate_id pg_catalog.text)
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    previous pg_catalog.uuid;
+    through  pg_catalog.uuid;
+    released pg_catalog.int8;
+BEGIN
+    PERFORM 1 FROM outbox.destinations AS d
+      WHERE d.name OPERATOR(pg_catalog.=) release_aggregate.destination;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', release_aggregate.destination
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Blocked aggregates are listed in outbox.blocked_aggregates.';
+    END IF;
+    SELECT r.released_through INTO previous FROM outbox.aggregate_releases AS r
+     WHERE r.destination OPERATOR(pg_catalog.=) release_aggregate.destination
+       AND r.aggregate_id OPERATOR(pg_catalog.=) release_aggregate.aggregate_id
+       FOR UPDATE;
+    previous := COALESCE(previous, '00000000-0000-0000-0000-000000000000');
+    SELECT e.id INTO through FROM outbox.dead_events AS e
+     WHERE e.destination OPERATOR(pg_catalog.=) release_aggregate.destination
+       AND e.ordering_key OPERATOR(pg_catalog.=) release_aggregate.aggregate_id
+     ORDER BY e.id DESC LIMIT 1;
+    IF through IS NULL OR through OPERATOR(pg_catalog.<=) previous THEN
+        RETURN 0;
+    END IF;
+    SELECT pg_catalog.count(*) INTO released FROM outbox.dead_events AS e
+     WHERE e.destination OPERATOR(pg_catalog.=) release_aggregate.destination
+       AND e.ordering_key OPERATOR(pg_catalog.=) release_aggregate.aggregate_id
+       AND e.id OPERATOR(pg_catalog.>) previous
+       AND e.id OPERATOR(pg_catalog.<=) through;
+    -- SECURITY DEFINER: record who asked (session_user), not the owner
+    INSERT INTO outbox.aggregate_releases AS r (destination, aggregate_id, released_through, released_by)
+    VALUES (release_aggregate.destination, release_aggregate.aggregate_id, through, SESSION_USER)
+    ON CONFLICT ON CONSTRAINT aggregate_releases_pkey
+    DO UPDATE SET released_through = excluded.released_through,
+                  released_at = pg_catalog.now(), released_by = SESSION_USER;
+    PERFORM outbox._wake();
+    RETURN released;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION outbox.dead_letters(
+    destination pg_catalog.text DEFAULT NULL,
+    type        pg_catalog.text DEFAULT NULL,
+    error_like  pg_catalog.text DEFAULT NULL,
+    since       pg_catalog.timestamptz DEFAULT NULL,
+    until       pg_catalog.timestamptz DEFAULT NULL,
+    max_rows    pg_catalog.int4 DEFAULT 100)
+RETURNS TABLE (id pg_catalog.uuid, destination pg_catalog.text, type pg_catalog.text,
+               aggregate_type pg_catalog.text, aggregate_id pg_catalog.text,
+               attempts pg_catalog.int4, last_status pg_catalog.int4,
+               last_error pg_catalog.text, created_at pg_catalog.timestamptz,
+               payload pg_catalog.jsonb, headers pg_catalog.jsonb)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT e.id, e.destination, e.type, e.aggregate_type, e.aggregate_id, e.attempts,
+           e.last_status, e.last_error, e.created_at, e.payload, e.headers
+      FROM outbox.dead_events AS e
+     WHERE ($1 IS NULL OR e.destination OPERATOR(pg_catalog.=) $1)
+       AND ($2 IS NULL OR e.type OPERATOR(pg_catalog.~~) outbox._glob_to_like($2))
+       AND ($3 IS NULL OR e.last_error OPERATOR(pg_catalog.~~) $3)
+       AND ($4 IS NULL OR e.created_at OPERATOR(pg_catalog.>=) $4)
+       AND ($5 IS NULL OR e.created_at OPERATOR(pg_catalog.<) $5)
+     ORDER BY e.created_at, e.id
+     LIMIT $6;
+$$;
+
+CREATE OR REPLACE FUNCTION outbox._dead_selection(
+    destination pg_catalog.text, type pg_catalog.text, error_like pg_catalog.text,
+    since pg_catalog.timestamptz, until pg_catalog.timestamptz, all_dead pg_catalog.bool,
+    verb pg_catalog.text)
+RETURNS SETOF pg_catalog.uuid
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF $1 IS NULL AND $2 IS NULL AND $3 IS NULL AND $4 IS NULL AND $5 IS NULL
+       AND NOT coalesce($6, false) THEN
+        RAISE EXCEPTION 'no filter given for the dead letters to %', $7
+              USING ERRCODE = '22023',
+                    HINT = 'Give destination, type, error_like, since or until, or all_dead => true for every dead letter.';
+    END IF;
+    RETURN QUERY
+    SELECT e.id
+      FROM outbox.dead_events AS e
+     WHERE ($1 IS NULL OR e.destination OPERATOR(pg_catalog.=) $1)
+       AND ($2 IS NULL OR e.type OPERATOR(pg_catalog.~~) outbox._glob_to_like($2))
+       AND ($3 IS NULL OR e.last_error OPERATOR(pg_catalog.~~) $3)
+       AND ($4 IS NULL OR e.created_at OPERATOR(pg_catalog.>=) $4)
+       AND ($5 IS NULL OR e.created_at OPERATOR(pg_catalog.<) $5);
+END
+$$;
+
+-- Dead letters back to outbox.retries (same ids); returns how many moved.
+CREATE FUNCTION outbox._redrive_ids(ids pg_catalog.uuid[])
+RETURNS pg_catalog.int8
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH moved AS (
+        DELETE FROM outbox.dead_events AS e
+         WHERE e.id OPERATOR(pg_catalog.=) ANY ($1)
+        RETURNING e.*),
+    ins AS (
+        INSERT INTO outbox.retries AS r
+               (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,
+                destination, ordering_key, created_at, attempts, due_at, leased_until,
+                last_status, last_error)
+        SELECT m.id, m.type, m.aggregate_type, m.aggregate_id, m.payload, m.headers,
+               m.traceparent, m.destination, m.ordering_key, m.created_at, 0,
+               pg_catalog.now(), NULL, m.last_status, m.last_error
+          FROM moved AS m
+            ON CONFLICT (id) DO UPDATE
+           SET attempts = 0, due_at = pg_catalog.now(), leased_until = NULL
+        RETURNING 1)
+    SELECT pg_catalog.count(*) FROM ins;
+$$;
+
+REVOKE ALL ON FUNCTION outbox._redrive_ids(pg_catalog.uuid[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION outbox.redrive(id pg_catalog.uuid)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'event id must not be null' USING ERRCODE = '22004';
+    END IF;
+    PERFORM 1 FROM outbox.dead_events AS e WHERE e.id = $1 FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM 1 FROM outbox.events AS e WHERE e.id = $1;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'event % does not exist', $1
+                  USING ERRCODE = '42704',
+                        HINT = 'List dead letters with outbox.dead_letters().';
+        END IF;
+        RETURN false;
+    END IF;
+    PERFORM outbox._redrive_ids(ARRAY[$1]);
+    PERFORM outbox._wake();
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION outbox.redrive_dead(
+    destination pg_catalog.text DEFAULT NULL,
+    type        pg_catalog.text DEFAULT NULL,
+    error_like  pg_catalog.text DEFAULT NULL,
+    since       pg_catalog.timestamptz DEFAULT NULL,
+    until       pg_catalog.timestamptz DEFAULT NULL,
+    all_dead    pg_catalog.bool DEFAULT false)
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n int8;
+BEGIN
+    n := outbox._redrive_ids(ARRAY(
+            SELECT s FROM outbox._dead_selection($1, $2, $3, $4, $5, $6, 'redrive') AS s));
+    IF n > 0 THEN
+        PERFORM outbox._wake();
+    END IF;
+    RETURN n;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION outbox.purge_dead(
+    destination pg_catalog.text DEFAULT NULL,
+    type        pg_catalog.text DEFAULT NULL,
+    error_like  pg_catalog.text DEFAULT NULL,
+    since       pg_catalog.timestamptz DEFAULT NULL,
+    until       pg_catalog.timestamptz DEFAULT NULL,
+    all_dead    pg_catalog.bool DEFAULT false)
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n int8;
+BEGIN
+    WITH purged AS (
+        DELETE FROM outbox.dead_events AS e
+         WHERE e.id IN (SELECT s FROM outbox._dead_selection($1, $2, $3, $4, $5, $6, 'purge') AS s)
+        RETURNING e.id)
+    INSERT INTO outbox.settled_events AS t (id, settled)
+    SELECT p.id, 'purged' FROM purged AS p
+        ON CONFLICT (id) DO UPDATE SET settled = 'purged', settled_at = now();
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+-- Unrouted events whose type a route now matches: copies of the log rows
+-- go to outbox.retries with the destination (due now, or at not_before),
+-- the id is recorded as routed; copies the rotation already moved to
+-- outbox.retries (destination NULL) get it in place.  Also forgets the
+-- settled ids whose log slot has been truncated.
+CREATE OR REPLACE FUNCTION outbox._route_pending()
+RETURNS pg_catalog.int8
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH c AS (
+        SELECT l.id, l.type, l.aggregate_type, l.aggregate_id, l.payload, l.headers,
+               l.traceparent, d.destination, l.ordering_key, l.created_at,
+               COALESCE(l.not_before, pg_catalog.now()) AS due_at
+          FROM outbox.log AS l
+          CROSS JOIN LATERAL (SELECT outbox.route(l.type) AS destination) AS d
+         WHERE l.destination IS NULL
+           AND d.destination IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM outbox.settled_events AS s WHERE s.id = l.id)
+           AND NOT EXISTS (SELECT 1 FROM outbox.retries AS r WHERE r.id = l.id)
+           AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id = l.id)),
+    copied AS (
+        INSERT INTO outbox.retries AS r
+               (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,
+                destination, ordering_key, created_at, attempts, due_at)
+        SELECT c.id, c.type, c.aggregate_type, c.aggregate_id, c.payload, c.headers,
+               c.traceparent, c.destination, c.ordering_key, c.created_at, 0, c.due_at
+          FROM c
+            ON CONFLICT (id) DO NOTHING
+        RETURNING r.id),
+    marked AS (
+        INSERT INTO outbox.settled_events (id, settled)
+        SELECT copied.id, 'routed' FROM copied
+            ON CONFLICT (id) DO NOTHING
+        RETURNING 1),
+    moved AS (
+        UPDATE outbox.retries AS r
+           SET destination = outbox.route(r.type)
+         WHERE r.destination IS NULL
+           AND outbox.route(r.type) IS NOT NULL
+        RETURNING 1),
+    forgotten AS (
+        DELETE FROM outbox.settled_events AS s
+         WHERE NOT EXISTS (SELECT 1 FROM outbox.log AS l WHERE l.id = s.id)
+        RETURNING 1)
+    SELECT (SELECT pg_catalog.count(*) FROM marked)
+           + (SELECT pg_catalog.count(*) FROM moved)
+           + (SELECT pg_catalog.count(*) FROM forgotten) * 0;
+$$;
+
+-- 0.2's statements on outbox.events, exposed for tests, are gone with the
+-- table: the store's are outbox._claim, _claim_ack, _claim_recover and
+-- _retries_* (their C functions may stay in the library for a release).
+DROP FUNCTION IF EXISTS outbox._lease(pg_catalog.int4, pg_catalog.interval, pg_catalog.text);
+DROP FUNCTION IF EXISTS outbox._ack(pg_catalog.uuid[], pg_catalog.int4[]);
+DROP FUNCTION IF EXISTS outbox._retry(pg_catalog.uuid[], pg_catalog.timestamptz[], pg_catalog.int4[],
+                                      pg_catalog.text[], pg_catalog.timestamptz[]);
+DROP FUNCTION IF EXISTS outbox._dead(pg_catalog.uuid[], pg_catalog.int4[], pg_catalog.text[],
+                                     pg_catalog.timestamptz[]);
+DROP FUNCTION IF EXISTS outbox._requeue(pg_catalog.uuid[], pg_catalog.timestamptz[], pg_catalog.int4[],
+                                        pg_catalog.text[], pg_catalog.timestamptz[]);
+DROP FUNCTION IF EXISTS outbox._expire_published(pg_catalog.interval, pg_catalog.int4);

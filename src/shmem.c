@@ -32,6 +32,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -79,7 +80,10 @@ outbox_shmem_startup(void)
 			pg_atomic_init_u64(&outbox_shared->slots[i].published, 0);
 			pg_atomic_init_u64(&outbox_shared->slots[i].failed, 0);
 			pg_atomic_init_u64(&outbox_shared->slots[i].config_generation, 0);
+			pg_atomic_init_u64(&outbox_shared->slots[i].wake_generation, 0);
 		}
+		for (int i = 0; i < OUTBOX_EMIT_COUNTERS; i++)
+			pg_atomic_init_u64(&outbox_shared->emitted[i], 0);
 	}
 	OutboxDestStatsShmemStartup();
 	LWLockRelease(AddinShmemInitLock);
@@ -131,6 +135,41 @@ OutboxSlotSetError(RelaySlot *slot, const char *error)
 	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
 	strlcpy(slot->last_error, safe, sizeof(slot->last_error));
 	slot->last_error_at = GetCurrentTimestamp();
+	LWLockRelease(outbox_shared->lock);
+	pfree(safe);
+}
+
+/* The emitted-generation counter of a destination of a database. */
+int
+OutboxEmitCounterIndex(Oid dboid, const char *destination)
+{
+	uint32		h = hash_bytes((const unsigned char *) destination,
+							   (int) strlen(destination));
+
+	h = hash_combine(h, hash_bytes_uint32((uint32) dboid));
+	return (int) (h % OUTBOX_EMIT_COUNTERS);
+}
+
+/*
+ * Worker 0's rotation result (see RelaySlot).  blocked: the result is a
+ * reason the rotation could not truncate.
+ */
+void
+OutboxSlotSetRotation(RelaySlot *slot, const char *result, bool blocked,
+					  TimestampTz now)
+{
+	char	   *safe = OutboxPeerText(result, strlen(result), false, NULL,
+									  sizeof(slot->rotation) - 1);
+
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	strlcpy(slot->rotation, safe, sizeof(slot->rotation));
+	slot->rotation_checked_at = now;
+	if (strcmp(result, "rotated") == 0)
+		slot->rotated_at = now;
+	if (!blocked)
+		slot->rotation_blocked_since = 0;
+	else if (slot->rotation_blocked_since == 0)
+		slot->rotation_blocked_since = now;
 	LWLockRelease(outbox_shared->lock);
 	pfree(safe);
 }

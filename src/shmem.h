@@ -18,6 +18,17 @@
 
 #include "outbox_pg.h"
 
+/*
+ * Emitted generations (issue #19, README.store section 4): a commit that
+ * emitted events for a destination bumps the counter at
+ * OutboxEmitCounterIndex(database, destination) (wake.c); a relay claims a
+ * destination only when its counter moved since its last claim that found
+ * nothing more (or for the other reasons delivery.c lists).  A fixed
+ * array: two destinations that share a counter only cost each other a
+ * claim that finds nothing.  8,192 counters are 64 kB of shared memory.
+ */
+#define OUTBOX_EMIT_COUNTERS	8192
+
 /* shmem.c */
 typedef enum RelayState
 {
@@ -51,6 +62,26 @@ typedef struct RelaySlot
 	pg_atomic_uint64 config_generation; /* bumped by every commit that
 										 * changed dboid's destinations,
 										 * credentials or routes (wake.c) */
+
+	/*
+	 * Worker 0 only: the last result of the log's rotation (retention.c,
+	 * OutboxRotateLog): "rotated", "wait" (not due), "busy" (another
+	 * transaction holds the rotation row), "never" (outbox.retention = -1),
+	 * or why it is blocked: "writer" (a transaction that may still write to
+	 * the slot to be truncated is running), "locked" (a reader such as
+	 * pg_dump holds a lock on that slot), "unacknowledged: <destination>"
+	 * (that destination's position or unacknowledged batch still needs
+	 * rows of the slot: a paused, failing or slow destination), or
+	 * "failed: <error>".  rotation_blocked_since: when the current run of
+	 * blocked results began (0 while not blocked).
+	 */
+	pg_atomic_uint64 wake_generation;	/* bumped by every commit that woke
+										 * the relays of dboid without naming
+										 * its destinations (wake.c) */
+	char		rotation[OUTBOX_ERROR_LEN];
+	TimestampTz rotation_checked_at;
+	TimestampTz rotated_at;
+	TimestampTz rotation_blocked_since;
 } RelaySlot;
 
 typedef struct OutboxShared
@@ -60,6 +91,7 @@ typedef struct OutboxShared
 	int			launcher_procno;
 	Oid			launcher_wanted_db; /* a commit found no relay for this db */
 	RelaySlot	slots[OUTBOX_MAX_RELAYS];
+	pg_atomic_uint64 emitted[OUTBOX_EMIT_COUNTERS];	/* see above */
 } OutboxShared;
 
 extern OutboxShared *outbox_shared;
@@ -68,6 +100,12 @@ extern void OutboxShmemInit(void);
 extern void OutboxSetLatchByProcno(int procno);
 extern void OutboxSlotSetState(RelaySlot *slot, RelayState state);
 extern void OutboxSlotSetError(RelaySlot *slot, const char *error);
+extern void OutboxSlotSetRotation(RelaySlot *slot, const char *result,
+								  bool blocked, TimestampTz now);
 extern const char *OutboxRelayStateName(RelayState state);
+extern int	OutboxEmitCounterIndex(Oid dboid, const char *destination);
+
+/* api/wake.c: emit() names its destination (the others are in api.h) */
+extern void OutboxWakeDestinationAtCommit(const char *destination);
 
 #endif							/* OUTBOX_SHMEM_H */

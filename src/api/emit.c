@@ -31,6 +31,7 @@
 #include "postgres.h"
 
 #include "access/detoast.h"
+#include "access/htup_details.h"
 #include "access/transam.h"
 #include "access/table.h"
 #include "access/xact.h"
@@ -55,7 +56,7 @@
 #include "api/api.h"
 
 PG_FUNCTION_INFO_V1(outbox_emit);
-PG_FUNCTION_INFO_V1(outbox__emit_log);
+PG_FUNCTION_INFO_V1(outbox__events_insert);
 
 /* argument positions of outbox.emit() */
 #define ARG_TYPE			0
@@ -91,8 +92,8 @@ static void emit_build_row(FunctionCallInfo fcinfo, const EmitEvent *ev,
 						   pg_uuid_t *id, Datum *values, bool *nulls);
 static void emit_build_log_row(FunctionCallInfo fcinfo, const EmitEvent *ev,
 							   pg_uuid_t *id, Datum *values, bool *nulls);
+static Oid	emit_log_slot(const OutboxConfig **cfg);
 static void emit_insert(Oid relid, int ncols, Datum *values, bool *nulls);
-static Datum emit_event(FunctionCallInfo fcinfo, bool to_log);
 
 static int64 uuid_last_ms = 0;
 static int	uuid_last_sub = 0;
@@ -100,28 +101,15 @@ static int	uuid_last_sub = 0;
 /*
  * outbox.emit(type, aggregate_id, payload, aggregate_type, destination,
  *			   headers, traceparent, not_before) returns uuid
+ *
+ * The event goes into the current slot of the insert-only log (issue #21,
+ * worker/README.store) with the transaction's xid.  Only between a library
+ * upgrade and ALTER EXTENSION UPDATE, when the log does not exist yet, is
+ * it written to the 0.3 table outbox.events, as that version did; the
+ * update moves such rows into the store (see worker/version.c).
  */
 Datum
 outbox_emit(PG_FUNCTION_ARGS)
-{
-	return emit_event(fcinfo, false);
-}
-
-/*
- * outbox._emit_log(): emit() into the insert-only store's log (issue #21)
- * instead of outbox.events.  Internal and temporary: it lets the tests
- * drive the log through emit()'s own checks, ordering lock and row while
- * the relay, the views and wait_published() still read outbox.events;
- * emit() itself switches when they do (see HANDOVER.store.md).
- */
-Datum
-outbox__emit_log(PG_FUNCTION_ARGS)
-{
-	return emit_event(fcinfo, true);
-}
-
-static Datum
-emit_event(FunctionCallInfo fcinfo, bool to_log)
 {
 	const OutboxConfig *cfg;
 	EmitEvent	ev;
@@ -157,28 +145,10 @@ emit_event(FunctionCallInfo fcinfo, bool to_log)
 	id = palloc(sizeof(pg_uuid_t));
 	emit_generate_uuid_v7(id->data);
 
-	if (to_log)
+	if (OidIsValid(cfg->log_relid))
 	{
-		Oid			relid;
+		Oid			relid = emit_log_slot(&cfg);
 
-		/*
-		 * Lock the slot before trusting the cached choice: acquiring the lock
-		 * reads the invalidations of every committed rotation, so a switch
-		 * that committed before it shows now, and retention's condition (b)
-		 * (see worker/retention.c) covers only writers that locked the slot
-		 * before the switch.
-		 */
-		do
-		{
-			relid = cfg->log_relid;
-			if (!OidIsValid(relid))
-				ereport(ERROR,
-						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-						 errmsg("the outbox event log is not installed"),
-						 errhint("Run ALTER EXTENSION outbox_pg UPDATE.")));
-			LockRelationOid(relid, RowExclusiveLock);
-			cfg = OutboxGetConfig();
-		} while (cfg->log_relid != relid);
 		emit_build_log_row(fcinfo, &ev, id, values, nulls);
 		emit_insert(relid, LOG_NATTS, values, nulls);
 	}
@@ -190,6 +160,171 @@ emit_event(FunctionCallInfo fcinfo, bool to_log)
 	OutboxWakeAtCommit();
 
 	PG_RETURN_UUID_P(id);
+}
+
+/*
+ * The current log slot, locked.  Lock it before trusting the cached
+ * choice: acquiring the lock reads the invalidations of every committed
+ * rotation, so a switch that committed before it shows now, and
+ * retention's condition (b) (see worker/retention.c) covers only writers
+ * that locked the slot before the switch.
+ */
+static Oid
+emit_log_slot(const OutboxConfig **cfg)
+{
+	Oid			relid;
+
+	do
+	{
+		relid = (*cfg)->log_relid;
+		if (!OidIsValid(relid))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the outbox event log is not installed"),
+					 errhint("Run ALTER EXTENSION outbox_pg UPDATE.")));
+		LockRelationOid(relid, RowExclusiveLock);
+		*cfg = OutboxGetConfig();
+	} while ((*cfg)->log_relid != relid);
+	return relid;
+}
+
+/*
+ * outbox._events_insert(): INSTEAD OF INSERT trigger of the view
+ * outbox.events (0.4.0).  A row inserted there without emit() goes into
+ * the log like an emitted one, with the inserting transaction's xid, and
+ * is delivered; emit()'s argument checks do not apply (the table had
+ * none), but the destination is routed by type when NULL and an ordered
+ * destination's aggregate lock is taken.  A missing id is generated;
+ * only pending rows are accepted.  The row returned (RETURNING) carries
+ * the id.
+ */
+Datum
+outbox__events_insert(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	const OutboxConfig *cfg;
+	TupleDesc	tupdesc;
+	HeapTuple	newtup;
+	Datum	   *ev_values;
+	bool	   *ev_nulls;
+	Datum		values[LOG_NATTS];
+	bool		nulls[LOG_NATTS];
+	char	   *destination = NULL;
+	bool		ordered;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	Oid			relid;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_INSTEAD(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("outbox._events_insert() must be called as an INSTEAD OF INSERT row trigger")));
+
+	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	if (tupdesc->natts < EV_NATTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("view \"%s.%s\" does not have the expected columns",
+						OUTBOX_SCHEMA, OUTBOX_EVENTS_TABLE)));
+	ev_values = palloc(tupdesc->natts * sizeof(Datum));
+	ev_nulls = palloc(tupdesc->natts * sizeof(bool));
+	heap_deform_tuple(trigdata->tg_trigtuple, tupdesc, ev_values, ev_nulls);
+
+	if (!ev_nulls[EV_STATUS - 1] &&
+		strcmp(TextDatumGetCString(ev_values[EV_STATUS - 1]), "pending") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("only pending events can be inserted into outbox.events"),
+				 errdetail("Since outbox_pg 0.4.0 outbox.events is a view over the event store; an inserted row is delivered like an emitted one.")));
+	if (ev_nulls[EV_ID - 1])
+	{
+		pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
+
+		emit_generate_uuid_v7(id->data);
+		ev_values[EV_ID - 1] = UUIDPGetDatum(id);
+		ev_nulls[EV_ID - 1] = false;
+	}
+	if (!ev_nulls[EV_DESTINATION - 1])
+		destination = TextDatumGetCString(ev_values[EV_DESTINATION - 1]);
+	else if (!ev_nulls[EV_TYPE - 1])
+	{
+		const char *routed;
+
+		routed = OutboxRouteEventType(TextDatumGetCString(ev_values[EV_TYPE - 1]));
+		if (routed)
+		{
+			destination = pstrdup(routed);
+			ev_values[EV_DESTINATION - 1] = CStringGetTextDatum(destination);
+			ev_nulls[EV_DESTINATION - 1] = false;
+		}
+	}
+	ordered = (destination && !ev_nulls[EV_AGGREGATE_ID - 1] &&
+			   OutboxDestinationIsOrdered(destination));
+	if (ordered)
+	{
+		OutboxLockAggregate(destination,
+							TextDatumGetCString(ev_values[EV_AGGREGATE_ID - 1]));
+		if (ev_nulls[EV_ORDERING_KEY - 1])
+		{
+			ev_values[EV_ORDERING_KEY - 1] = ev_values[EV_AGGREGATE_ID - 1];
+			ev_nulls[EV_ORDERING_KEY - 1] = false;
+		}
+	}
+	if (ev_nulls[EV_CREATED_AT - 1])
+	{
+		ev_values[EV_CREATED_AT - 1] = TimestampTzGetDatum(now);
+		ev_nulls[EV_CREATED_AT - 1] = false;
+	}
+
+	memset(nulls, true, sizeof(nulls));
+#define COPY_COL(logcol, evcol) \
+	do { values[(logcol) - 1] = ev_values[(evcol) - 1]; \
+		 nulls[(logcol) - 1] = ev_nulls[(evcol) - 1]; } while (0)
+	COPY_COL(LOG_ID, EV_ID);
+	COPY_COL(LOG_TYPE, EV_TYPE);
+	COPY_COL(LOG_AGGREGATE_TYPE, EV_AGGREGATE_TYPE);
+	COPY_COL(LOG_AGGREGATE_ID, EV_AGGREGATE_ID);
+	COPY_COL(LOG_PAYLOAD, EV_PAYLOAD);
+	COPY_COL(LOG_HEADERS, EV_HEADERS);
+	COPY_COL(LOG_TRACEPARENT, EV_TRACEPARENT);
+	COPY_COL(LOG_DESTINATION, EV_DESTINATION);
+	COPY_COL(LOG_ORDERING_KEY, EV_ORDERING_KEY);
+	COPY_COL(LOG_CREATED_AT, EV_CREATED_AT);
+#undef COPY_COL
+	values[LOG_XID - 1] = FullTransactionIdGetDatum(GetTopFullTransactionId());
+	nulls[LOG_XID - 1] = false;
+	if (!ev_nulls[EV_NEXT_ATTEMPT_AT - 1] &&
+		DatumGetTimestampTz(ev_values[EV_NEXT_ATTEMPT_AT - 1]) > now)
+	{
+		values[LOG_NOT_BEFORE - 1] = ev_values[EV_NEXT_ATTEMPT_AT - 1];
+		nulls[LOG_NOT_BEFORE - 1] = false;
+	}
+
+	cfg = OutboxGetConfig();
+	relid = emit_log_slot(&cfg);
+	emit_insert(relid, LOG_NATTS, values, nulls);
+	OutboxWakeAtCommit();
+
+	/* what RETURNING shows: the row as stored, pending */
+	if (ev_nulls[EV_STATUS - 1])
+	{
+		ev_values[EV_STATUS - 1] = CStringGetTextDatum("pending");
+		ev_nulls[EV_STATUS - 1] = false;
+	}
+	if (ev_nulls[EV_ATTEMPTS - 1])
+	{
+		ev_values[EV_ATTEMPTS - 1] = Int32GetDatum(0);
+		ev_nulls[EV_ATTEMPTS - 1] = false;
+	}
+	if (ev_nulls[EV_NEXT_ATTEMPT_AT - 1])
+	{
+		ev_values[EV_NEXT_ATTEMPT_AT - 1] = ev_values[EV_CREATED_AT - 1];
+		ev_nulls[EV_NEXT_ATTEMPT_AT - 1] = false;
+	}
+	newtup = heap_form_tuple(tupdesc, ev_values, ev_nulls);
+	return PointerGetDatum(newtup);
 }
 
 static char *

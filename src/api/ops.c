@@ -110,6 +110,12 @@ outbox_relay_presence(PG_FUNCTION_ARGS)
 /*
  * outbox.wait_published(id, timeout): true once the event is published;
  * false when the timeout passes first or the event is a dead letter.
+ *
+ * The status comes from the view outbox.events (0.4.0), whose conditions
+ * on id reach every branch's primary key: an event of the log is
+ * published once its xid is visible in its destination's position, no
+ * unacknowledged batch's range holds it, and neither outbox.retries nor
+ * outbox.dead_events has a copy of it (worker/README.store, 3.1).
  */
 Datum
 outbox_wait_published(PG_FUNCTION_ARGS)

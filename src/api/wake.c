@@ -4,13 +4,22 @@
  *		  Wake the relays when a transaction that emitted events (or changed
  *		  their destinations) commits.
  *
- * emit() calls OutboxWakeAtCommit(), which sets a backend-local flag and,
+ * emit() calls OutboxWakeDestinationAtCommit(destination) (other callers
+ * that make work for the relays, OutboxWakeAtCommit()), which sets a
+ * backend-local flag and,
  * once per backend, registers a transaction callback.  At
  * XACT_EVENT_COMMIT — after the commit is durable and visible — the
  * callback sets the latch of every relay of this database, so delivery
  * starts within microseconds instead of at the next poll.  A rollback
  * clears the flag and wakes nobody.  The callback must not fail or
  * allocate: it only reads shared memory and sets latches.
+ *
+ * With the destination named, the callback also bumps that destination's
+ * emitted generation (a counter in shared memory, shmem.h): a relay claims
+ * a destination only when its generation moved, or for the other reasons
+ * delivery.c lists (issue #19).  OutboxWakeAtCommit() names none: it bumps
+ * the wake generation of the database's relay slots instead, and they look
+ * at every destination.
  *
  * If no relay runs for this database (the extension was just created, or
  * its worker exited), the callback asks the launcher to start one.
@@ -51,6 +60,18 @@
 #include "api/api.h"
 #include "worker/worker.h"
 
+/*
+ * The emitted-generation counters (shmem.h) to bump at commit: those of
+ * the destinations the transaction emitted for, each once.  More than
+ * fit: the commit wakes without naming destinations (wake_untagged),
+ * which makes the relays look at all of them.
+ */
+#define WAKE_MAX_COUNTERS	32
+
+static int	wake_counters[WAKE_MAX_COUNTERS];
+static int	wake_ncounters = 0;
+static bool wake_untagged = false;
+
 static bool wake_pending = false;
 static bool config_pending = false;
 static bool wake_callback_registered = false;
@@ -63,6 +84,8 @@ wake_xact_callback(XactEvent event, void *arg)
 	bool		found = false;
 	bool		wake;
 	bool		config;
+	bool		untagged;
+	int			ncounters;
 
 	switch (event)
 	{
@@ -74,6 +97,8 @@ wake_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PREPARE:
 			wake_pending = false;
 			config_pending = false;
+			wake_ncounters = 0;
+			wake_untagged = false;
 			return;
 		default:
 			return;
@@ -83,11 +108,22 @@ wake_xact_callback(XactEvent event, void *arg)
 		return;
 	wake = wake_pending;
 	config = config_pending;
+	untagged = wake_untagged;
+	ncounters = wake_ncounters;
 	wake_pending = false;
 	config_pending = false;
+	wake_untagged = false;
+	wake_ncounters = 0;
 
 	if (outbox_shared == NULL)
 		return;
+
+	/*
+	 * After the commit is visible (this callback runs after it), so a relay
+	 * that sees a counter move finds the events with its next snapshot.
+	 */
+	for (int i = 0; i < ncounters; i++)
+		pg_atomic_fetch_add_u64(&outbox_shared->emitted[wake_counters[i]], 1);
 
 	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
 	{
@@ -98,6 +134,8 @@ wake_xact_callback(XactEvent event, void *arg)
 		/* also a slot whose relay is starting: it loads after this */
 		if (config)
 			pg_atomic_fetch_add_u64(&slot->config_generation, 1);
+		if (untagged)
+			pg_atomic_fetch_add_u64(&slot->wake_generation, 1);
 		if (slot->pid != 0)
 		{
 			OutboxSetLatchByProcno(slot->procno);
@@ -123,12 +161,41 @@ wake_register_callback(void)
 	}
 }
 
-/* The transaction emitted events: wake the relays when it commits. */
+/*
+ * The transaction made work for the relays without saying for which
+ * destinations (inbox, redrive, ...): wake them when it commits, and have
+ * them look at every destination.
+ */
 void
 OutboxWakeAtCommit(void)
 {
 	wake_register_callback();
 	wake_pending = true;
+	wake_untagged = true;
+}
+
+/*
+ * The transaction emitted events for destination (NULL: unrouted, nothing
+ * for a relay to claim yet): wake the relays when it commits, and bump
+ * the destination's emitted generation so that they claim it.
+ */
+void
+OutboxWakeDestinationAtCommit(const char *destination)
+{
+	int			index;
+
+	wake_register_callback();
+	wake_pending = true;
+	if (destination == NULL)
+		return;
+	index = OutboxEmitCounterIndex(MyDatabaseId, destination);
+	for (int i = 0; i < wake_ncounters; i++)
+		if (wake_counters[i] == index)
+			return;
+	if (wake_ncounters < WAKE_MAX_COUNTERS)
+		wake_counters[wake_ncounters++] = index;
+	else
+		wake_untagged = true;
 }
 
 /*

@@ -101,7 +101,17 @@
 typedef struct RelayDestination
 {
 	char		name[NAMEDATALEN];	/* key */
-	int			in_flight;
+	int			in_flight;		/* its events alive: sending or waiting */
+	int			sending;		/* ... of which started */
+	bool		probing;		/* the circuit's probe is among them */
+	int			batches;		/* its log batches in flight here */
+	List	   *waiting;		/* claimed, not started yet (in order) */
+	/* when to claim it (issue #19; see DeliveryLease) */
+	int			counter;		/* its emitted generation (shmem.h) */
+	uint64		seen_generation;	/* ... at its last claim that drained */
+	bool		busy;			/* its last claim was full: claim again */
+	bool		due;			/* the sweep found due work */
+	TimestampTz retry_due;		/* the earliest retry this relay wrote; 0: none */
 
 	DestStats  *stats;			/* ops: statistics and the circuit (deststats.c) */
 
@@ -136,8 +146,38 @@ typedef struct LoadedDestination
 	int			backoff_max_ms;
 	double		max_age_secs;
 	int			circuit_threshold;
+	bool		ordered;		/* options.ordering = 'aggregate' */
 	PeerSecrets *secrets;		/* redacted from what the peer says */
 } LoadedDestination;
+
+/*
+ * One claimed batch of a destination's log (store.c), in its own memory
+ * context while any of its events is alive.  It is acknowledged, with the
+ * copies of its failures, once each of its events has a result; an event
+ * that goes without one (a failed cycle) abandons it to the recovery.
+ */
+typedef struct RelayBatch
+{
+	MemoryContext context;
+	RelayDestination *dest;
+	char	   *destination;
+	int64		seq;
+	TimestampTz lease_end;		/* its lease, as far as this relay knows */
+	int			refs;			/* its events alive */
+	int			unrecorded;		/* its events without a result */
+	bool		abandoned;		/* never acknowledged by this relay */
+	int			nfailed;		/* to outbox.retries */
+	Datum	   *f_ids;
+	Datum	   *f_due;
+	Datum	   *f_attempts;
+	Datum	   *f_statuses;
+	Datum	   *f_errors;
+	bool	   *f_errnull;
+	int			ndead;			/* to outbox.dead_events */
+	Datum	   *d_ids;
+	Datum	   *d_statuses;
+	Datum	   *d_errors;
+} RelayBatch;
 
 /* One leased event, in its own memory context until recorded. */
 typedef struct RelayEvent
@@ -145,6 +185,7 @@ typedef struct RelayEvent
 	MemoryContext context;
 	RelayDestination *dest;
 	LoadedDestination *loaded;	/* its destination as leased; a reference */
+	RelayBatch *batch;			/* its log batch; NULL: an outbox.retries row */
 	pg_uuid_t	id;
 	TimestampTz leased_until;	/* the lease's fence (store.c) */
 	int			attempts;
@@ -156,6 +197,12 @@ typedef struct RelayEvent
 	bool		probe;			/* the circuit's probe (deststats.c) */
 	bool		outage;			/* failed while the circuit was open */
 	bool		rejected;		/* decided before sending: no request */
+	bool		sending;		/* started (counted in dest->sending) */
+	bool		recorded;		/* has its result (a log event's batch) */
+	bool		blocked;		/* waits for an earlier event of its aggregate */
+	struct RelayEvent *chain_next;	/* the next event of its aggregate in
+									 * its batch (ordered destinations) */
+	struct RelayEvent *chain_prev;	/* ... and the one before it */
 
 	/*
 	 * One request may carry several events.  The event whose req is sent
@@ -199,6 +246,10 @@ static int	config_lease_ms = 0;	/* the slowest destination's lease */
 MemoryContext relay_events_context = NULL;
 
 static int	total_in_flight = 0;
+
+/* the due-work sweep (DeliveryLease): when, and the wake generation seen */
+static TimestampTz sweep_at = 0;
+static uint64 sweep_wake_generation = 0;
 static pg_prng_state prng;
 static SPIPlanPtr destinations_plan = NULL;
 
@@ -241,7 +292,8 @@ delivery_prepare_plans(void)
 				   " CASE WHEN (d.options ->> 'circuit_threshold') ~ '^[0-9]{1,6}$'"
 				   "      THEN (d.options ->> 'circuit_threshold')::int4 ELSE 5 END,"
 				   " d.kind, d.options, c.aws_access_key_id, c.aws_secret_access_key,"
-				   " c.aws_session_token, c.username, c.password"
+				   " c.aws_session_token, c.username, c.password,"
+				   " COALESCE(d.options ->> 'ordering' = 'aggregate', false)"
 				   " FROM outbox.destinations AS d"
 				   " LEFT JOIN outbox.credentials AS c"
 				   "   ON c.name OPERATOR(pg_catalog.=) d.credentials",
@@ -349,6 +401,7 @@ delivery_read_row(HeapTuple tup, TupleDesc desc, LoadedDestination *d,
 	config->bearer_token = SPI_getvalue(tup, desc, 13);
 	config->database = relay_database_name;
 	d->circuit_threshold = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
+	d->ordered = DatumGetBool(SPI_getbinval(tup, desc, 23, &isnull));
 
 	def->name = d->name;
 	def->url = d->url;
@@ -398,6 +451,15 @@ delivery_destination(const char *name)
 	if (!found)
 	{
 		rd->in_flight = 0;
+		rd->sending = 0;
+		rd->probing = false;
+		rd->batches = 0;
+		rd->waiting = NIL;
+		rd->counter = OutboxEmitCounterIndex(MyDatabaseId, name);
+		rd->seen_generation = 0;
+		rd->busy = false;
+		rd->due = false;
+		rd->retry_due = 0;
 		rd->stats = NULL;
 		rd->paused = false;
 		rd->unusable_logged_at = 0;
@@ -648,6 +710,7 @@ delivery_reload(void)
 	config_lease_ms = lease_ms;
 	config_generation = config_seen_generation;
 	config_loaded_at = GetCurrentTimestamp();
+	sweep_at = 0;				/* new destinations: look at all of them */
 	config_load_ms = (config_loaded_at - start) / 1000;
 	config_valid = true;
 }
@@ -718,7 +781,7 @@ relay_capacity(RelayDestination *rd, TimestampTz now, bool *probe)
  */
 static RelayEvent *
 delivery_new_event(LoadedDestination *d, RelayDestination *rd, bool probe,
-				   HeapTuple tup, TupleDesc desc)
+				   RelayBatch *batch, HeapTuple tup, TupleDesc desc)
 {
 	MemoryContext cxt = AllocSetContextCreate(relay_events_context,
 											  "outbox_pg event",
@@ -733,6 +796,14 @@ delivery_new_event(LoadedDestination *d, RelayDestination *rd, bool probe,
 	ev->loaded = d;
 	d->refs++;
 	ev->probe = probe;
+	if (probe)
+		rd->probing = true;
+	ev->batch = batch;
+	if (batch != NULL)
+	{
+		batch->refs++;
+		batch->unrecorded++;
+	}
 	memcpy(&ev->id, DatumGetUUIDP(SPI_getbinval(tup, desc, 1, &isnull)),
 		   sizeof(pg_uuid_t));
 	ev->attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
@@ -845,7 +916,7 @@ delivery_build(LoadedDestination *d, List *events)
 void
 DeliveryStart(RelayEvent *ev)
 {
-	if (ev->carrier != NULL)
+	if (ev->carrier != NULL || ev->blocked)
 		return;
 	ev->started_at = GetCurrentTimestamp();
 	if (ev->rejected)
@@ -880,11 +951,234 @@ delivery_lease_interval(void)
 }
 
 /*
- * Lease due events of every destination with free capacity and turn them
- * into requests (started after the commit).  Each event is appended to
- * *leased as soon as it exists and counts as in flight, so that if
- * anything fails later in the cycle the error path finds and frees every
- * one of them (their lease rolls back with the transaction).
+ * A batch the claim (or the recovery) left in SPI_tuptable: seq is its
+ * last column.  Counted in flight for its destination until its last
+ * event is freed.
+ */
+static RelayBatch *
+delivery_new_batch(RelayDestination *rd, uint64 n)
+{
+	MemoryContext cxt = AllocSetContextCreate(relay_events_context,
+											  "outbox_pg batch",
+											  ALLOCSET_SMALL_SIZES);
+	RelayBatch *b = MemoryContextAllocZero(cxt, sizeof(RelayBatch));
+	bool		isnull;
+
+	b->context = cxt;
+	b->dest = rd;
+	b->destination = MemoryContextStrdup(cxt, rd->name);
+	b->seq = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										 SPI_tuptable->tupdesc,
+										 SPI_tuptable->tupdesc->natts, &isnull));
+	b->lease_end = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+													 SPI_tuptable->tupdesc, 10,
+													 &isnull));
+	b->f_ids = MemoryContextAlloc(cxt, n * sizeof(Datum));
+	b->f_due = MemoryContextAlloc(cxt, n * sizeof(Datum));
+	b->f_attempts = MemoryContextAlloc(cxt, n * sizeof(Datum));
+	b->f_statuses = MemoryContextAlloc(cxt, n * sizeof(Datum));
+	b->f_errors = MemoryContextAlloc(cxt, n * sizeof(Datum));
+	b->f_errnull = MemoryContextAlloc(cxt, n * sizeof(bool));
+	b->d_ids = MemoryContextAlloc(cxt, n * sizeof(Datum));
+	b->d_statuses = MemoryContextAlloc(cxt, n * sizeof(Datum));
+	b->d_errors = MemoryContextAlloc(cxt, n * sizeof(Datum));
+	rd->batches++;
+	return b;
+}
+
+/* The last event of a batch is gone. */
+static void
+delivery_free_batch(RelayBatch *b)
+{
+	b->dest->batches--;
+	MemoryContextDelete(b->context);
+}
+
+/*
+ * Make events of the n rows in SPI_tuptable (a retries lease when batch is
+ * NULL, else a claimed batch) and queue them, in order, on the
+ * destination's waiting list; *leased gets each one too, until it is
+ * started or freed (see DeliveryLease).  On an ordered destination each
+ * event of a batch whose aggregate has an earlier event in the batch
+ * waits for that one's acknowledgement (blocked, chained behind it).
+ */
+static void
+delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
+					RelayBatch *batch, uint64 n)
+{
+	SPITupleTable *rows = SPI_tuptable;
+	RelayEvent **evs = palloc(Max(n, 1) * sizeof(RelayEvent *));
+	MemoryContext old;
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		RelayEvent *ev = delivery_new_event(d, rd, probe && i == 0, batch,
+											rows->vals[i], rows->tupdesc);
+
+		evs[i] = ev;
+		if (batch != NULL && d->ordered && ev->msg.aggregate_id != NULL)
+		{
+			/* the batch is at most max_concurrency long: n^2 is small */
+			for (int64 j = (int64) i - 1; j >= 0; j--)
+			{
+				if (evs[j]->msg.aggregate_id != NULL &&
+					strcmp(evs[j]->msg.aggregate_id, ev->msg.aggregate_id) == 0)
+				{
+					evs[j]->chain_next = ev;
+					ev->chain_prev = evs[j];
+					ev->blocked = true;
+					break;
+				}
+			}
+		}
+
+		/*
+		 * SPI calls leave CurrentMemoryContext in SPI's own (transaction)
+		 * memory; the list must outlive the transaction.
+		 */
+		old = MemoryContextSwitchTo(relay_events_context);
+		rd->waiting = lappend(rd->waiting, ev);
+		MemoryContextSwitchTo(old);
+	}
+	pfree(evs);
+}
+
+/*
+ * Take from the destination's waiting list what may start now: in order,
+ * skipping blocked events, while fewer than max_concurrency are sending
+ * (and nothing but the circuit's probe while it is out).  Their requests
+ * are built; the list of them is returned for DeliveryStart().
+ */
+static List *
+delivery_pump(RelayDestination *rd)
+{
+	List	   *ready = NIL;
+	ListCell   *lc;
+	MemoryContext old = MemoryContextSwitchTo(relay_events_context);
+
+	foreach(lc, rd->waiting)
+	{
+		RelayEvent *ev = lfirst(lc);
+
+		if (rd->sending >= rd->max_concurrency && !ev->probe)
+			break;
+		if (rd->probing && !ev->probe)
+			break;
+		if (ev->blocked)
+			continue;
+		rd->waiting = foreach_delete_current(rd->waiting, lc);
+		ev->sending = true;
+		rd->sending++;
+		ready = lappend(ready, ev);
+	}
+	MemoryContextSwitchTo(old);
+
+	/*
+	 * A batch sent in several rounds (more events than the destination's
+	 * concurrency, or an aggregate's events one after the other): its
+	 * lease is renewed when a round starts that could outlast it, so the
+	 * recovery does not take it while it is still being sent.  In the
+	 * caller's transaction.
+	 */
+	foreach(lc, ready)
+	{
+		RelayEvent *ev = lfirst(lc);
+		TimestampTz now = GetCurrentTimestamp();
+		int			ms = ev->loaded->timeout_ms + outbox_lease_margin;
+
+		if (ev->batch != NULL &&
+			TimestampTzPlusMilliseconds(now, ms) > ev->batch->lease_end)
+		{
+			Interval   *lease = palloc0(sizeof(Interval));
+
+			lease->time = (int64) Max(ms, config_lease_ms) * 1000;
+			if (OutboxStoreBatchLease(ev->batch->destination, ev->batch->seq, lease))
+				ev->batch->lease_end =
+					TimestampTzPlusMilliseconds(now, Max(ms, config_lease_ms));
+		}
+	}
+
+	/* built per run of events loaded with the same configuration */
+	for (int i = 0; i < list_length(ready);)
+	{
+		LoadedDestination *d = ((RelayEvent *) list_nth(ready, i))->loaded;
+		List	   *run = NIL;
+
+		old = MemoryContextSwitchTo(relay_cycle_context);
+		while (i < list_length(ready) &&
+			   ((RelayEvent *) list_nth(ready, i))->loaded == d)
+			run = lappend(run, list_nth(ready, i++));
+		delivery_build(d, run);
+		list_free(run);
+		MemoryContextSwitchTo(old);
+	}
+	return ready;
+}
+
+/*
+ * The sweep: mark the destinations with due work (store.c,
+ * OutboxStoreDueDestinations), once per poll interval, after the
+ * destinations were loaded again, and when a commit woke the relays
+ * without naming its destinations (wake.c).
+ */
+static void
+delivery_sweep(TimestampTz now)
+{
+	uint64		wake = pg_atomic_read_u64(&relay_slot->wake_generation);
+	uint64		n;
+
+	if (now < sweep_at && wake == sweep_wake_generation)
+		return;
+	sweep_wake_generation = wake;
+	sweep_at = TimestampTzPlusMilliseconds(now, outbox_poll_interval);
+	n = OutboxStoreDueDestinations();
+	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[i],
+										SPI_tuptable->tupdesc, 1);
+		RelayDestination *rd = hash_search(destinations, name, HASH_FIND, NULL);
+
+		if (rd != NULL)
+			rd->due = true;
+	}
+}
+
+/* delivery_pump(), onto the lease step's list of events to start */
+static void
+delivery_pump_into(RelayDestination *rd, List **leased)
+{
+	List	   *ready;
+	MemoryContext old;
+
+	if (rd->waiting == NIL)
+		return;
+	ready = delivery_pump(rd);
+	old = MemoryContextSwitchTo(relay_events_context);
+	*leased = list_concat(*leased, ready);
+	MemoryContextSwitchTo(old);
+	list_free(ready);
+}
+
+/*
+ * Lease due work of the destinations that have some and free capacity,
+ * and turn what may start into requests (started after the commit, by the
+ * caller): due outbox.retries rows first, then a batch of the log whose
+ * lease ran out unacknowledged (recovery, when the sweep found one), else
+ * a new batch claimed from the destination's position (store.c).  An
+ * ordered destination has one batch in flight at a time.
+ *
+ * Issue #19: a pass costs per destination with due work.  A destination
+ * is claimed when its emitted generation (bumped by emit()'s commit,
+ * wake.c) moved since its last claim that drained it, when that claim was
+ * full (busy: claimed again at once), when a retry this relay wrote is
+ * due, or when the sweep found due work; the others cost an atomic read.
+ * Paused and circuit-open destinations are not claimed (their flags stay
+ * until they are).
+ *
+ * Every event counts as in flight as soon as it exists, and waits on its
+ * destination's list until it is started; if anything fails later in the
+ * cycle the error path frees every one of them (DeliveryDropWaiting;
+ * their lease rolls back with the transaction).
  */
 void
 DeliveryLease(List *dests, bool *drained, List **leased)
@@ -894,45 +1188,88 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 	Interval   *lease = delivery_lease_interval();
 
 	*drained = true;
+	delivery_sweep(now);
 	foreach(lc, dests)
 	{
 		LoadedDestination *d = lfirst(lc);
 		RelayDestination *rd = d->dest;
+		uint64		generation = pg_atomic_read_u64(&outbox_shared->emitted[rd->counter]);
+		bool		retry_due = (rd->retry_due != 0 && now >= rd->retry_due);
 		bool		probe = false;
-		int			want = relay_capacity(rd, now, &probe);
+		bool		recover = rd->due;
+		int			want;
 		uint64		n;
-		List	   *events = NIL;
-		MemoryContext old;
+		uint64		m = 0;
 
-		if (want <= 0)
+		if (!rd->busy && !rd->due && !retry_due &&
+			generation == rd->seen_generation)
+		{
+			delivery_pump_into(rd, leased);
 			continue;
-		n = OutboxStoreLease(want, lease, d->name);
-		if (probe && n == 0)
-			OutboxCircuitReleaseProbe(rd->stats);	/* nothing to probe with */
-		else if (n >= (uint64) want && !probe)
-			*drained = false;
-
-		for (uint64 i = 0; i < n; i++)
-		{
-			RelayEvent *ev = delivery_new_event(d, rd, probe,
-												SPI_tuptable->vals[i],
-												SPI_tuptable->tupdesc);
-
-			/*
-			 * SPI calls leave CurrentMemoryContext in SPI's own (transaction)
-			 * memory; the lists must outlive the transaction.
-			 */
-			old = MemoryContextSwitchTo(relay_events_context);
-			*leased = lappend(*leased, ev);
-			events = lappend(events, ev);
-			MemoryContextSwitchTo(old);
 		}
-		if (events != NIL)
+		want = relay_capacity(rd, now, &probe);
+		if (want <= 0)
 		{
-			old = MemoryContextSwitchTo(relay_cycle_context);
-			delivery_build(d, events);
-			MemoryContextSwitchTo(old);
-			list_free(events);
+			delivery_pump_into(rd, leased);
+			continue;
+		}
+
+		n = OutboxStoreRetriesLease(want, lease, d->name);
+		if (n > 0)
+			delivery_queue_rows(d, rd, probe, NULL, n);
+		if (n < (uint64) want && !(d->ordered && rd->batches > 0))
+		{
+			int			rest = want - (int) n;
+
+			if (recover)
+				m = OutboxStoreClaimRecover(lease, d->name, 0);
+			if (m == 0)
+				m = OutboxStoreClaimNext(rest, lease, d->name, d->ordered);
+			if (m > 0)
+				delivery_queue_rows(d, rd, probe && n == 0,
+									delivery_new_batch(rd, m), m);
+		}
+		if (probe && n == 0 && m == 0)
+			OutboxCircuitReleaseProbe(rd->stats);	/* nothing to probe with */
+
+		if (n + m >= (uint64) want && !probe)
+		{
+			rd->busy = true;	/* there may be more: again at once */
+			*drained = false;
+		}
+		else if (!probe)
+		{
+			rd->busy = false;
+			rd->due = false;
+			rd->seen_generation = generation;
+			if (retry_due)
+				rd->retry_due = 0;
+		}
+
+		delivery_pump_into(rd, leased);
+	}
+}
+
+/*
+ * Free the events that wait on their destinations' lists (a failed
+ * cycle): their batches are left to the recovery, their retries rows to
+ * their lease's end.
+ */
+void
+DeliveryDropWaiting(void)
+{
+	HASH_SEQ_STATUS status;
+	RelayDestination *rd;
+
+	hash_seq_init(&status, destinations);
+	while ((rd = hash_seq_search(&status)) != NULL)
+	{
+		while (rd->waiting != NIL)
+		{
+			RelayEvent *ev = linitial(rd->waiting);
+
+			rd->waiting = list_delete_first(rd->waiting);
+			DeliveryFreeEvent(ev);
 		}
 	}
 }
@@ -944,7 +1281,23 @@ DeliveryFreeEvent(RelayEvent *ev)
 
 	Assert(ev->req.easy == NULL);	/* never while curl still uses it */
 	if (ev->probe)				/* gone without a result: let another probe */
+	{
 		OutboxCircuitReleaseProbe(ev->dest->stats);
+		ev->dest->probing = false;
+	}
+	if (ev->sending)
+		ev->dest->sending--;
+	if (ev->chain_prev != NULL)
+		ev->chain_prev->chain_next = NULL;
+	if (ev->chain_next != NULL)
+		ev->chain_next->chain_prev = NULL;
+	if (ev->batch != NULL)
+	{
+		if (!ev->recorded)
+			ev->batch->abandoned = true;
+		if (--ev->batch->refs == 0)
+			delivery_free_batch(ev->batch);
+	}
 	ev->dest->in_flight--;
 	total_in_flight--;
 	OutboxDestStatsSetInFlight(ev->dest->stats, RELAY_SLOT_INDEX, ev->dest->in_flight);	/* ops */
@@ -1173,39 +1526,180 @@ status_array(Datum *statuses, int n)
 											  INT4OID, 4, true, TYPALIGN_INT));
 }
 
-/* Write the rows, in a transaction of their own. */
+/* A text array; a null Datum is a null element. */
+static Datum
+text_array_nulls(Datum *texts, bool *nulls, int n)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	return PointerGetDatum(construct_md_array(texts, nulls, 1, dims, lbs,
+											  TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+static Datum
+int4_array(Datum *values, int n)
+{
+	return PointerGetDatum(construct_array(values, n, INT4OID, 4, true,
+										   TYPALIGN_INT));
+}
+
+/*
+ * Note a log event's failure in its batch: copied to outbox.retries (due
+ * at due_at, with attempts, status 0 = none and error, NULL = none) when
+ * the batch is acknowledged.
+ */
 static void
-delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead)
+batch_add_failed(RelayBatch *b, RelayEvent *ev, TimestampTz due_at,
+				 int attempts, int status, char *error)
+{
+	MemoryContext old = MemoryContextSwitchTo(b->context);
+	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
+	int			i = b->nfailed++;
+
+	memcpy(id, &ev->id, sizeof(pg_uuid_t));
+	b->f_ids[i] = UUIDPGetDatum(id);
+	b->f_due[i] = TimestampTzGetDatum(due_at);
+	b->f_attempts[i] = Int32GetDatum(attempts);
+	b->f_statuses[i] = Int32GetDatum(status);
+	b->f_errnull[i] = (error == NULL);
+	b->f_errors[i] = error ? CStringGetTextDatum(error) : (Datum) 0;
+	MemoryContextSwitchTo(old);
+}
+
+static void
+batch_add_dead(RelayBatch *b, RelayEvent *ev, int status, char *error)
+{
+	MemoryContext old = MemoryContextSwitchTo(b->context);
+	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
+	int			i = b->ndead++;
+
+	memcpy(id, &ev->id, sizeof(pg_uuid_t));
+	b->d_ids[i] = UUIDPGetDatum(id);
+	b->d_statuses[i] = Int32GetDatum(status);
+	b->d_errors[i] = CStringGetTextDatum(error);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * One of ev's batch's events has its result: returns true when that was
+ * the last one and the batch is to be acknowledged.
+ */
+static bool
+batch_note_recorded(RelayEvent *ev)
+{
+	RelayBatch *b = ev->batch;
+
+	ev->recorded = true;
+	return --b->unrecorded == 0 && !b->abandoned;
+}
+
+/* Acknowledge a batch with the copies of its failures. */
+static void
+batch_acknowledge(RelayBatch *b)
+{
+	OutboxStoreClaimAck(b->destination, b->seq,
+						uuid_array(b->f_ids, b->nfailed),
+						timestamptz_array(b->f_due, b->nfailed),
+						int4_array(b->f_attempts, b->nfailed),
+						status_array(b->f_statuses, b->nfailed),
+						text_array_nulls(b->f_errors, b->f_errnull, b->nfailed),
+						uuid_array(b->d_ids, b->ndead),
+						status_array(b->d_statuses, b->ndead),
+						text_array(b->d_errors, b->ndead));
+}
+
+/*
+ * Write the rows (outbox.retries rows) and the acknowledgements of the
+ * batches done, in a transaction of their own.
+ */
+static List *
+delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead,
+			   List *batches, List *touched)
 {
 	bool		missing;
+	ListCell   *lc;
+	List	   *ready = NIL;
 
 	if (!relay_begin(&missing))
 	{
 		/* extension gone or being dropped: the rows are gone or leased */
 		relay_commit();
-		return;
+		return NIL;
 	}
 	if (ack->n > 0)
-		OutboxStoreAck(uuid_array(ack->ids, ack->n),
-					   status_array(ack->statuses, ack->n));
+		OutboxStoreRetriesAck(uuid_array(ack->ids, ack->n));
 	/* retry and dead change a row only under the lease they belong to */
 	if (retry->n > 0)
-		OutboxStoreRetry(uuid_array(retry->ids, retry->n),
-						 timestamptz_array(retry->next_at, retry->n),
-						 status_array(retry->statuses, retry->n),
-						 text_array(retry->errors, retry->n),
-						 timestamptz_array(retry->leases, retry->n),
-						 bool_array(retry->give_back, retry->n));
+		OutboxStoreRetriesRetry(uuid_array(retry->ids, retry->n),
+								timestamptz_array(retry->next_at, retry->n),
+								status_array(retry->statuses, retry->n),
+								text_array(retry->errors, retry->n),
+								timestamptz_array(retry->leases, retry->n),
+								bool_array(retry->give_back, retry->n));
 	if (dead->n > 0)
-		OutboxStoreDead(uuid_array(dead->ids, dead->n),
-						status_array(dead->statuses, dead->n),
-						text_array(dead->errors, dead->n),
-						timestamptz_array(dead->leases, dead->n));
+		OutboxStoreRetriesDead(uuid_array(dead->ids, dead->n),
+							   status_array(dead->statuses, dead->n),
+							   text_array(dead->errors, dead->n),
+							   timestamptz_array(dead->leases, dead->n));
+	foreach(lc, batches)
+		batch_acknowledge(lfirst(lc));
+
+	/*
+	 * What may start now is built here: signing may need the
+	 * transaction's resource owner.  It is started after the commit.
+	 */
+	foreach(lc, touched)
+	{
+		List	   *more = delivery_pump(lfirst(lc));
+		MemoryContext old = MemoryContextSwitchTo(relay_events_context);
+
+		ready = list_concat(ready, more);
+		MemoryContextSwitchTo(old);
+		list_free(more);
+	}
 	relay_commit();
+	return ready;
+}
+
+/* A retry of the destination is due at at: claim it then. */
+static void
+delivery_note_retry(RelayDestination *rd, TimestampTz at)
+{
+	if (rd->retry_due == 0 || at < rd->retry_due)
+		rd->retry_due = at;
 }
 
 /*
- * Record the results of completed requests in one transaction.
+ * A log event of an ordered destination did not go through: the later
+ * events of its aggregate in its batch were never sent, and go to
+ * outbox.retries behind it (attempts 0, due now: the retries lease takes
+ * the aggregate's head only, which is ev).
+ */
+static void
+delivery_hold_chain(RelayEvent *ev, TimestampTz now, List **batches)
+{
+	RelayEvent *next = ev->chain_next;
+
+	while (next != NULL)
+	{
+		RelayEvent *after = next->chain_next;
+		RelayDestination *rd = next->dest;
+
+		rd->waiting = list_delete_ptr(rd->waiting, next);
+		batch_add_failed(next->batch, next, now, 0, 0, NULL);
+		delivery_note_retry(rd, now);
+		if (batch_note_recorded(next))
+			*batches = lappend(*batches, next->batch);
+		DeliveryFreeEvent(next);	/* unlinks it from its neighbours */
+		next = after;
+	}
+}
+
+/*
+ * Record the results of completed requests in one transaction, then start
+ * what waited for them (the next event of an aggregate, events beyond
+ * max_concurrency).
  */
 void
 DeliveryRecord(List *done)
@@ -1215,6 +1709,11 @@ DeliveryRecord(List *done)
 	RecordRows	ack;
 	RecordRows	retry;
 	RecordRows	dead;
+	List	   *batches = NIL;
+	List	   *touched = NIL;
+	List	   *ready;
+	int64		published = 0;
+	int64		failed = 0;
 	TimestampTz now = GetCurrentTimestamp();
 
 	record_rows_init(&ack, n);
@@ -1234,20 +1733,74 @@ DeliveryRecord(List *done)
 	{
 		RelayEvent *ev = lfirst(lc);
 		DeliveryOutcome outcome = delivery_outcome(ev);
+		int			status = delivery_sent(ev)->status;
 
 		/* ops: an event carried in another's request has that request's answer */
-		OutboxDestStatsRecordResult(ev->dest->stats, now, delivery_sent(ev)->status,
+		OutboxDestStatsRecordResult(ev->dest->stats, now, status,
 									outcome, delivery_sent(ev)->duration_us);
+		touched = list_append_unique_ptr(touched, ev->dest);
 		if (outcome == OUTCOME_ACK)
-			record_rows_add(&ack, ev, now, NULL);
-		else if (outcome == OUTCOME_RETRY)
-			record_rows_add(&retry, ev, delivery_retry_at(ev, now),
-							relay_error_text(ev));
+			published++;
 		else
-			record_rows_add(&dead, ev, now, relay_error_text(ev));
+			failed++;
+
+		if (ev->batch == NULL)
+		{
+			if (outcome == OUTCOME_ACK)
+				record_rows_add(&ack, ev, now, NULL);
+			else if (outcome == OUTCOME_RETRY)
+			{
+				TimestampTz at = delivery_retry_at(ev, now);
+
+				record_rows_add(&retry, ev, at, relay_error_text(ev));
+				delivery_note_retry(ev->dest, at);
+			}
+			else
+				record_rows_add(&dead, ev, now, relay_error_text(ev));
+			continue;
+		}
+
+		/* a log event: its batch collects the failures */
+		if (outcome == OUTCOME_ACK)
+		{
+			if (ev->chain_next != NULL)
+				ev->chain_next->blocked = false;
+		}
+		else
+		{
+			if (outcome == OUTCOME_RETRY)
+			{
+				TimestampTz at = delivery_retry_at(ev, now);
+
+				batch_add_failed(ev->batch, ev, at, ev->outage ? 0 : 1, status,
+								 relay_error_text(ev));
+				delivery_note_retry(ev->dest, at);
+			}
+			else
+				batch_add_dead(ev->batch, ev, status, relay_error_text(ev));
+			delivery_hold_chain(ev, now, &batches);
+		}
+		if (batch_note_recorded(ev))
+			batches = lappend(batches, ev->batch);
 	}
 
-	delivery_store(&ack, &retry, &dead);
-	pg_atomic_fetch_add_u64(&relay_slot->published, ack.n);
-	pg_atomic_fetch_add_u64(&relay_slot->failed, retry.n + dead.n);
+	/* these are done: what they held back may start */
+	foreach(lc, done)
+	{
+		RelayEvent *ev = lfirst(lc);
+
+		if (ev->sending)
+		{
+			ev->sending = false;
+			ev->dest->sending--;
+		}
+		if (ev->probe)
+			ev->dest->probing = false;
+	}
+	ready = delivery_store(&ack, &retry, &dead, batches, touched);
+	pg_atomic_fetch_add_u64(&relay_slot->published, published);
+	pg_atomic_fetch_add_u64(&relay_slot->failed, failed);
+	foreach(lc, ready)
+		DeliveryStart(lfirst(lc));
+	list_free(ready);
 }

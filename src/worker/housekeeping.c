@@ -2,7 +2,7 @@
  *
  * housekeeping.c
  *		  Relay worker 0's jobs for its database: routing pending events,
- *		  retention of published events and the backlog warning.
+ *		  the log's rotation (retention) and the backlog warning.
  *
  * They run inside the lease transaction of relay 0 (connected to SPI, the
  * relay's tables locked by WorkerStepBegin()), each no more often than
@@ -14,7 +14,14 @@
  *
  *	- Routing: outbox._route_pending() gives events emitted without a
  *	  destination theirs from outbox.routes, every ROUTE_INTERVAL_MS.
- *	- Retention: retention.c (one bounded batch, in a subtransaction).
+ *	- Retention: the log's rotation (retention.c, OutboxRotateLog), tried
+ *	  every ROTATE_CHECK_MS with outbox.retention / 2 as its interval, so an
+ *	  event is kept between one and one and a half retentions; -1 never
+ *	  rotates.  Each result goes to the relay's slot (RelaySlot.rotation):
+ *	  why the rotation is blocked is what an operator needs when the log
+ *	  grows.  Then the batches no claim or recovery reads any more are
+ *	  deleted (OutboxTrimBatches), every TRIM_INTERVAL_MS.  Both in a
+ *	  subtransaction: an error is logged and delivery goes on.
  *	- The worst outbox failure is silent: events pile up while everything
  *	  else looks healthy.  Relay 0 of each database therefore looks at the
  *	  age of the oldest pending event every few seconds, inside a cycle's
@@ -47,6 +54,8 @@
 #include "worker/worker.h"
 
 #define ROUTE_INTERVAL_MS		5000
+#define ROTATE_CHECK_MS			1000
+#define TRIM_INTERVAL_MS		10000
 #define BACKLOG_CHECK_MS		5000
 #define BACKLOG_CHECK_MAX_MS	60000
 #define BACKLOG_COST_FACTOR		50
@@ -55,6 +64,9 @@
 static SPIPlanPtr route_plan = NULL;
 static TimestampTz last_route = 0;
 
+static TimestampTz last_rotate = 0;
+static TimestampTz last_trim = 0;
+
 static SPIPlanPtr backlog_plan = NULL;
 static TimestampTz backlog_checked_at = 0;
 static long backlog_interval_ms = BACKLOG_CHECK_MS;
@@ -62,6 +74,7 @@ static TimestampTz backlog_warned_at = 0;
 static bool backlog_warning = false;
 
 static void housekeeping_route(TimestampTz now);
+static void housekeeping_rotate(TimestampTz now, RelaySlot *slot);
 static void housekeeping_check_backlog(const char *database_name);
 
 /*
@@ -69,10 +82,10 @@ static void housekeeping_check_backlog(const char *database_name);
  * has passed.  Called in the lease step's transaction.
  */
 void
-WorkerHousekeeping(TimestampTz now, const char *database_name)
+WorkerHousekeeping(TimestampTz now, const char *database_name, RelaySlot *slot)
 {
 	housekeeping_route(now);
-	OutboxRetentionStep(now);
+	housekeeping_rotate(now, slot);
 	housekeeping_check_backlog(database_name);
 }
 
@@ -86,6 +99,73 @@ housekeeping_route(TimestampTz now)
 	if (SPI_execute_plan(route_plan, NULL, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not route pending events");
 	last_route = now;
+}
+
+/* What housekeeping_rotate() runs in its subtransaction. */
+static void
+housekeeping_rotate_log(void *arg)
+{
+	char	  **result = arg;
+	Interval   *every = palloc0(sizeof(Interval));
+
+	every->time = (int64) outbox_retention * USECS_PER_SEC / 2;
+	*result = OutboxRotateLog(every);
+}
+
+static void
+housekeeping_trim(void *arg)
+{
+	(void) OutboxTrimBatches();
+}
+
+/* Rotate the log when due, and trim the batches now and then. */
+static void
+housekeeping_rotate(TimestampTz now, RelaySlot *slot)
+{
+	char	   *result = NULL;
+	ErrorData  *edata;
+	bool		blocked;
+
+	if (!TimestampDifferenceExceeds(last_rotate, now, ROTATE_CHECK_MS))
+		return;
+	last_rotate = now;
+
+	if (outbox_retention < 0)
+		OutboxSlotSetRotation(slot, "never", false, now);
+	else if (WorkerRunInSubtransaction(housekeeping_rotate_log, &result, &edata))
+	{
+		blocked = (strcmp(result, "rotated") != 0 &&
+				   strcmp(result, "wait") != 0 &&
+				   strcmp(result, "busy") != 0);
+		OutboxSlotSetRotation(slot, result, blocked, now);
+	}
+	else
+	{
+		char	   *text = psprintf("failed: %s", edata->message);
+
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("outbox_pg rotation of the event log failed: %s",
+						edata->message),
+				 errhint("Delivery continues; the rotation is tried again in %d ms.",
+						 ROTATE_CHECK_MS)));
+		OutboxSlotSetRotation(slot, text, true, now);
+		FreeErrorData(edata);
+	}
+
+	if (!TimestampDifferenceExceeds(last_trim, now, TRIM_INTERVAL_MS))
+		return;
+	last_trim = now;
+	if (!WorkerRunInSubtransaction(housekeeping_trim, NULL, &edata))
+	{
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("outbox_pg trim of claimed batches failed: %s",
+						edata->message),
+				 errhint("Delivery continues; the trim is tried again in %d ms.",
+						 TRIM_INTERVAL_MS)));
+		FreeErrorData(edata);
+	}
 }
 
 /*
@@ -110,15 +190,13 @@ housekeeping_check_backlog(const char *database_name)
 		bool		isnull;
 
 		WorkerKeepPlan(&backlog_plan,
-					   "SELECT coalesce(e.destination, '(unrouted)'),"
+					   "SELECT coalesce(b.destination, '(unrouted)'),"
 					   "       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-)"
-					   "                                     pg_catalog.min(e.created_at)),"
-					   "       pg_catalog.count(*)"
-					   "  FROM outbox.events AS e"
-					   " WHERE e.status OPERATOR(pg_catalog.=) 'pending'"
-					   "   AND (e.attempts OPERATOR(pg_catalog.>) 0"
-					   "        OR e.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
-					   " GROUP BY e.destination ORDER BY 2 DESC LIMIT 1",
+					   "                                     b.oldest_pending_at),"
+					   "       b.pending"
+					   "  FROM outbox._destination_backlog AS b"
+					   " WHERE b.oldest_pending_at IS NOT NULL"
+					   " ORDER BY 2 DESC LIMIT 1",
 					   0, NULL);
 		if (SPI_execute_plan(backlog_plan, NULL, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not measure the outbox backlog");

@@ -347,7 +347,7 @@ static void
 relay_housekeeping_step(void)
 {
 	if (relay_slot->worker_number == 0)
-		WorkerHousekeeping(loop.now, relay_database_name);
+		WorkerHousekeeping(loop.now, relay_database_name, relay_slot);
 }
 
 /*
@@ -367,6 +367,8 @@ relay_cycle_failed(void)
 	relay_free_events(&loop.pending_done);
 	/* leased but never started: their lease was rolled back */
 	relay_free_events(&loop.leased);
+	/* claimed and waiting to start: their batches go to the recovery */
+	DeliveryDropWaiting();
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 ERROR_PAUSE_MS, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);

@@ -51,5 +51,6 @@ extern void DeliveryStart(RelayEvent *ev);
 extern List *DeliveryCompleted(List *pending, HttpRequest *req);
 extern void DeliveryRecord(List *done);
 extern void DeliveryFreeEvent(RelayEvent *ev);
+extern void DeliveryDropWaiting(void);
 
 #endif							/* OUTBOX_RELAY_H */

@@ -37,7 +37,11 @@ bool		relay_outdated = false; /* the extension needs an UPDATE */
 /* The tables a relay cycle touches, in the order it locks them. */
 static const OutboxTableLock relay_tables[] =
 {
-	{OUTBOX_EVENTS_TABLE, RowExclusiveLock},
+	{"streams", RowShareLock},
+	{"batches", RowExclusiveLock},
+	{"batch_acks", RowExclusiveLock},
+	{"retries", RowExclusiveLock},
+	{"dead_events", RowExclusiveLock},
 	{OUTBOX_DESTINATIONS_TABLE, AccessShareLock},
 	{OUTBOX_ROUTES_TABLE, AccessShareLock},
 	{OUTBOX_CREDENTIALS_TABLE, AccessShareLock},

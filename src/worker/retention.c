@@ -50,8 +50,6 @@
 
 static uint64 retention_expire_published(TimestampTz cutoff, int batch_size);
 
-/* how often worker 0 looks for expired rows when the last batch was short */
-#define RETENTION_INTERVAL_MS	1000
 
 PG_FUNCTION_INFO_V1(outbox_expire_published);
 PG_FUNCTION_INFO_V1(outbox__rotate_log);
@@ -69,8 +67,6 @@ static const char *expire_sql =
 "           FOR UPDATE SKIP LOCKED))";
 
 static SPIPlanPtr expire_plan = NULL;
-static TimestampTz retention_last_run = 0;
-static bool retention_more = false;
 
 /*
  * Delete up to batch_size published rows published before cutoff.
@@ -99,49 +95,6 @@ retention_expire_published(TimestampTz cutoff, int batch_size)
 	if (ret != SPI_OK_DELETE)
 		elog(ERROR, "outbox retention failed: %s", SPI_result_code_string(ret));
 	return SPI_processed;
-}
-
-/* One batch of OutboxRetentionStep(), in its subtransaction. */
-static void
-retention_batch(void *arg)
-{
-	TimestampTz now = *(TimestampTz *) arg;
-	uint64		n;
-
-	n = retention_expire_published(now - (int64) outbox_retention * USECS_PER_SEC,
-							  outbox_retention_batch);
-	retention_more = (n >= (uint64) outbox_retention_batch);
-}
-
-/*
- * One retention batch, if it is time.  Called by relay worker 0 inside its
- * lease transaction (connected to SPI, the events table locked).  The
- * batch runs in a subtransaction: if it fails (a user trigger on the
- * table, a lock timeout) the error is logged and delivery goes on.
- */
-void
-OutboxRetentionStep(TimestampTz now)
-{
-	ErrorData  *edata;
-
-	if (outbox_retention < 0)
-		return;
-	if (!retention_more &&
-		!TimestampDifferenceExceeds(retention_last_run, now, RETENTION_INTERVAL_MS))
-		return;
-	retention_last_run = now;
-	retention_more = false;
-
-	if (WorkerRunInSubtransaction(retention_batch, &now, &edata))
-		return;
-	ereport(LOG,
-			(errcode(edata->sqlerrcode),
-			 errmsg("outbox_pg retention of published events failed: %s",
-					edata->message),
-			 edata->detail ? errdetail_internal("%s", edata->detail) : 0,
-			 errhint("Delivery continues; retention is tried again in %d ms.",
-					 RETENTION_INTERVAL_MS)));
-	FreeErrorData(edata);
 }
 
 /*
@@ -207,9 +160,14 @@ static const char *rotation_read_sql =
 "  FROM outbox.rotation AS r"
 "   FOR UPDATE SKIP LOCKED";
 
-/* the first destination with a row in slot $1 its acknowledgement lacks */
+/*
+ * the first destination with a row in slot $1 its acknowledgement lacks,
+ * and whether it is paused
+ */
 static const char *rotation_unacked_sql =
-"SELECT a.destination FROM ("
+"SELECT a.destination, COALESCE((SELECT d.paused FROM outbox.destinations AS d"
+"                                 WHERE d.name OPERATOR(pg_catalog.=) a.destination), false)"
+"  FROM ("
 "    SELECT s.destination, COALESCE("
 "             (SELECT b.from_snap FROM outbox.batches AS b"
 "               WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
@@ -240,12 +198,18 @@ static const char *rotation_orphans_sql =
 " WHERE l.slot OPERATOR(pg_catalog.=) $1"
 "   AND NOT EXISTS (SELECT 1 FROM outbox.streams AS s"
 "                    WHERE s.destination OPERATOR(pg_catalog.=) l.destination)"
+"   AND NOT EXISTS (SELECT 1 FROM outbox.settled_events AS z"
+"                    WHERE z.id OPERATOR(pg_catalog.=) l.id)"
 "    ON CONFLICT (id) DO NOTHING";
 
 static const char *rotation_switch_sql =
 "UPDATE outbox.rotation"
 "   SET slot = $1, generation = generation OPERATOR(pg_catalog.+) 1,"
 "       switched_at = pg_catalog.now(), switch_xid = pg_catalog.pg_current_xact_id()";
+
+/* a paused destination's backlog: spilled in claims of this size, this often per try */
+#define ROTATION_SPILL_BATCH	10000
+#define ROTATION_MAX_SPILLS		10
 
 static SPIPlanPtr rotation_read_plan = NULL;
 static SPIPlanPtr rotation_unacked_plan = NULL;
@@ -290,13 +254,29 @@ OutboxRotateLog(Interval *every)
 	next = (current + 1) % OUTBOX_LOG_SLOTS;
 
 	args[0] = Int16GetDatum((int16) next);
-	if (SPI_execute_plan(WorkerKeepPlan(&rotation_unacked_plan, rotation_unacked_sql, 1,
-										slot_types),
-						 args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "outbox rotation statement failed");
-	if (SPI_processed > 0)
-		return psprintf("unacknowledged: %s",
-						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+
+	/*
+	 * A paused destination's backlog would keep the slot for as long as it
+	 * is paused: it is spilled to outbox.retries (a few claims that send
+	 * nothing), and looked at again.
+	 */
+	for (int spills = 0;; spills++)
+	{
+		char	   *destination;
+
+		if (SPI_execute_plan(WorkerKeepPlan(&rotation_unacked_plan, rotation_unacked_sql, 1,
+											slot_types),
+							 args, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "outbox rotation statement failed");
+		if (SPI_processed == 0)
+			break;
+		destination = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+										2, &isnull)) ||
+			spills >= ROTATION_MAX_SPILLS ||
+			!OutboxStoreClaimSpill(ROTATION_SPILL_BATCH, destination))
+			return psprintf("unacknowledged: %s", destination);
+	}
 	if (SPI_execute_plan(WorkerKeepPlan(&rotation_orphans_plan, rotation_orphans_sql, 1,
 										slot_types),
 						 args, NULL, false, 0) != SPI_OK_INSERT)

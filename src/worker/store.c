@@ -475,7 +475,7 @@ outbox_requeue(PG_FUNCTION_ARGS)
  * ordered flag (an InitPlan, once per claim) short-circuits every probe.
  */
 #define STORE_FLAGS_SQL \
-"SELECT e.*, NOT (e.deferred OR e.held) AS send FROM (" \
+"SELECT e.*, NOT (e.deferred OR e.held OR $6) AS send FROM (" \
 "  SELECT r.*," \
 "         COALESCE(r.not_before OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS deferred," \
 "         (r.ordering_key IS NOT NULL" \
@@ -538,7 +538,8 @@ static const char *claim_scan_sql =
 " ORDER BY x.xid";
 
 /*
- * $1 destination, $2 seq, $3 from, $4 to (text), $5 lease.  The batch
+ * $1 destination, $2 seq, $3 from, $4 to (text), $5 lease, $6 spill (every
+ * event is copied to outbox.retries: see OutboxStoreClaimSpill).  The batch
  * counts every event of the range; the deferred and held ones are copied
  * to outbox.retries (attempts 0, due at not_before or now) in the same
  * statement, so the batch is acknowledged once the returned ones are done;
@@ -648,7 +649,29 @@ static const char *claim_reread_sql =
 "              AND nb.seq OPERATOR(pg_catalog.=) $2) "
 STORE_EVENT_COLUMNS;
 
+/*
+ * An ordered destination has one batch in flight at a time (README.store,
+ * 3.1, "ordering"): after its stream is locked, its newest batch must be
+ * acknowledged before another is claimed.  Only the newest can be
+ * unacknowledged, since each claim checked this; an expired one is the
+ * recovery's.  One probe of batch_acks' primary key.
+ */
+static const char *claim_serial_sql =
+"SELECT 1 FROM (SELECT b.seq FROM outbox.batches AS b"
+"                WHERE b.destination OPERATOR(pg_catalog.=) $1"
+"                ORDER BY b.seq DESC LIMIT 1) AS p"
+" WHERE NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k"
+"                    WHERE k.destination OPERATOR(pg_catalog.=) $1"
+"                      AND k.seq OPERATOR(pg_catalog.=) p.seq)";
+
 static SPIPlanPtr claim_lock_plan = NULL;
+
+/* whether the last store_claim() made a batch */
+static bool store_last_claimed = false;
+
+static uint64 store_claim(int batch_size, Interval *lease,
+						  const char *destination, bool serial, bool spill);
+static SPIPlanPtr claim_serial_plan = NULL;
 static SPIPlanPtr claim_scan_plan = NULL;
 static SPIPlanPtr claim_insert_plan = NULL;
 static SPIPlanPtr claim_ack_plan = NULL;
@@ -767,10 +790,47 @@ store_text_column(uint64 row, int col)
 uint64
 OutboxStoreClaim(int batch_size, Interval *lease, const char *destination)
 {
+	return store_claim(batch_size, lease, destination, false, false);
+}
+
+uint64
+OutboxStoreClaimNext(int batch_size, Interval *lease, const char *destination,
+					 bool serial)
+{
+	return store_claim(batch_size, lease, destination, serial, false);
+}
+
+/*
+ * Spill up to about batch_size events of a destination to outbox.retries:
+ * a claim that sends nothing and copies every event of its range (so it
+ * acknowledges itself).  The rotation does this for a paused destination
+ * whose backlog would otherwise keep a slot from being truncated
+ * (README.store, 3.1, "retention"); the copies pin nothing and are leased
+ * in order once the destination is resumed.  True if a batch was made.
+ */
+bool
+OutboxStoreClaimSpill(int batch_size, const char *destination)
+{
+	Interval   *lease = palloc0(sizeof(Interval));
+
+	(void) store_claim(batch_size, lease, destination, false, true);
+	return store_last_claimed;
+}
+
+/*
+ * OutboxStoreClaim; with serial, nothing while the destination's newest
+ * batch is unacknowledged (the relay's claim of an ordered destination);
+ * with spill, every event to outbox.retries.
+ */
+static uint64
+store_claim(int batch_size, Interval *lease, const char *destination,
+			bool serial, bool spill)
+{
 	Oid			lock_types[1] = {TEXTOID};
 	Oid			scan_types[2] = {TEXTOID, INT4OID};
-	Oid			insert_types[5] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, INTERVALOID};
-	Datum		args[5];
+	Oid			insert_types[6] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, INTERVALOID,
+								   BOOLOID};
+	Datum		args[6];
 	uint64		n;
 	int64		seq;
 	char	   *prev_text;
@@ -778,6 +838,7 @@ OutboxStoreClaim(int batch_size, Interval *lease, const char *destination)
 	StoreSnapshot cur;
 
 	Assert(batch_size > 0);
+	store_last_claimed = false;
 
 	/*
 	 * The position must be read with a snapshot taken after the stream's
@@ -790,6 +851,10 @@ OutboxStoreClaim(int batch_size, Interval *lease, const char *destination)
 	args[0] = CStringGetTextDatum(destination);
 	if (store_execute(WorkerKeepPlan(&claim_lock_plan, claim_lock_sql, 1, lock_types),
 					  args, NULL, SPI_OK_SELECT) == 0)
+		return 0;
+	if (serial &&
+		store_execute(WorkerKeepPlan(&claim_serial_plan, claim_serial_sql, 1, lock_types),
+					  args, NULL, SPI_OK_SELECT) > 0)
 		return 0;
 
 	args[1] = Int32GetDatum(batch_size + 1);
@@ -828,7 +893,9 @@ OutboxStoreClaim(int batch_size, Interval *lease, const char *destination)
 	args[2] = CStringGetTextDatum(prev_text);
 	args[3] = CStringGetTextDatum(store_snapshot_format(&cur));
 	args[4] = IntervalPGetDatum(lease);
-	return store_execute(WorkerKeepPlan(&claim_insert_plan, claim_insert_sql, 5,
+	args[5] = BoolGetDatum(spill);
+	store_last_claimed = true;
+	return store_execute(WorkerKeepPlan(&claim_insert_plan, claim_insert_sql, 6,
 										insert_types),
 						 args, NULL, SPI_OK_SELECT);
 }
@@ -894,6 +961,85 @@ OutboxStoreClaimRecover(Interval *lease, const char *destination, int64 low_seq)
 	return store_execute(WorkerKeepPlan(&claim_reread_plan, claim_reread_sql, 4,
 										reread_types),
 						 args, NULL, SPI_OK_SELECT);
+}
+
+/*
+ * The destinations with due work (issue #19): events past their position
+ * (a probe per xid of the position's xip, and one of the (destination,
+ * xid) index from its xmax: a few index probes per destination), a due
+ * outbox.retries row that is not leased, or a batch whose lease ran out
+ * unacknowledged.  The relay runs it once per poll interval, as the
+ * safety net under the emitted generations (wake.c): it finds what no
+ * commit of emit() announced (retries coming due, COPY, COMMIT PREPARED,
+ * a relay that died).  An event of a transaction still running counts: a
+ * claim that finds nothing, at most once per poll.
+ */
+static const char *due_destinations_sql =
+"SELECT s.destination FROM outbox.streams AS s"
+" CROSS JOIN LATERAL (SELECT b.to_snap FROM outbox.batches AS b"
+"                      WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
+"                      ORDER BY b.seq DESC LIMIT 1) AS p"
+" WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_snapshot_xip(p.to_snap) AS q(xid)"
+"                WHERE EXISTS (SELECT 1 FROM outbox.log AS l"
+"                               WHERE l.destination OPERATOR(pg_catalog.=) s.destination"
+"                                 AND l.xid OPERATOR(pg_catalog.=) q.xid))"
+"    OR EXISTS (SELECT 1 FROM outbox.log AS l"
+"                WHERE l.destination OPERATOR(pg_catalog.=) s.destination"
+"                  AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmax(p.to_snap))"
+"    OR EXISTS (SELECT 1 FROM outbox.retries AS r"
+"                WHERE r.destination OPERATOR(pg_catalog.=) s.destination"
+"                  AND r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+"                  AND (r.leased_until IS NULL"
+"                       OR r.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()))"
+"    OR EXISTS (SELECT 1 FROM outbox.batches AS b"
+"                WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
+"                  AND b.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()"
+"                  AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k"
+"                                   WHERE k.destination OPERATOR(pg_catalog.=) b.destination"
+"                                     AND k.seq OPERATOR(pg_catalog.=) b.seq))";
+
+static SPIPlanPtr due_destinations_plan = NULL;
+
+/*
+ * Move the lease of batch $2 of $1 to now() + $3, unless it is
+ * acknowledged.  The relay lengthens the lease of a batch it sends in
+ * several rounds (a transaction larger than the destination's
+ * concurrency, or an ordered aggregate's events one after the other), so
+ * that the recovery does not take it while it is still being sent.
+ */
+static const char *batch_lease_sql =
+"UPDATE outbox.batches AS b"
+"   SET leased_until = pg_catalog.now() OPERATOR(pg_catalog.+) $3"
+" WHERE b.destination OPERATOR(pg_catalog.=) $1"
+"   AND b.seq OPERATOR(pg_catalog.=) $2"
+"   AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k"
+"                    WHERE k.destination OPERATOR(pg_catalog.=) b.destination"
+"                      AND k.seq OPERATOR(pg_catalog.=) b.seq)";
+
+static SPIPlanPtr batch_lease_plan = NULL;
+
+/* Lease batch seq of destination again, for lease from now; true if moved. */
+bool
+OutboxStoreBatchLease(const char *destination, int64 seq, Interval *lease)
+{
+	Oid			types[3] = {TEXTOID, INT8OID, INTERVALOID};
+	Datum		args[3] = {CStringGetTextDatum(destination), Int64GetDatum(seq),
+							IntervalPGetDatum(lease)};
+
+	return store_execute(WorkerKeepPlan(&batch_lease_plan, batch_lease_sql, 3, types),
+						 args, NULL, SPI_OK_UPDATE) > 0;
+}
+
+/*
+ * The names of the destinations with due work, left in SPI_tuptable
+ * (one text column); returns their number.
+ */
+uint64
+OutboxStoreDueDestinations(void)
+{
+	return store_execute(WorkerKeepPlan(&due_destinations_plan,
+										due_destinations_sql, 0, NULL),
+						 NULL, NULL, SPI_OK_SELECT);
 }
 
 /*

@@ -83,7 +83,8 @@ extern void WorkerReportCycleError(WorkerErrorThrottle *throttle,
 								   const char *context_fmt,...) pg_attribute_printf(4, 5);
 
 /* housekeeping.c */
-extern void WorkerHousekeeping(TimestampTz now, const char *database_name);
+extern void WorkerHousekeeping(TimestampTz now, const char *database_name,
+							   RelaySlot *slot);
 
 /* retention.c (the insert-only store's rotation) */
 extern char *OutboxRotateLog(Interval *every);
@@ -99,6 +100,12 @@ extern uint64 OutboxStoreDead(Datum ids, Datum statuses, Datum errors,
 							  Datum leases);
 extern uint64 OutboxStoreClaim(int batch_size, Interval *lease,
 							   const char *destination);
+extern uint64 OutboxStoreClaimNext(int batch_size, Interval *lease,
+								   const char *destination, bool serial);
+extern uint64 OutboxStoreDueDestinations(void);
+extern bool OutboxStoreClaimSpill(int batch_size, const char *destination);
+extern bool OutboxStoreBatchLease(const char *destination, int64 seq,
+								  Interval *lease);
 extern bool OutboxStoreClaimAck(const char *destination, int64 seq,
 								Datum failed, Datum due_at, Datum attempts,
 								Datum statuses, Datum errors, Datum dead,
@@ -116,8 +123,5 @@ extern uint64 OutboxStoreRetriesDead(Datum ids, Datum statuses, Datum errors,
 
 /* version.c */
 extern bool OutboxRelayVersionMatches(RelaySlot *slot, bool *missing);
-
-/* retention.c */
-extern void OutboxRetentionStep(TimestampTz now);
 
 #endif							/* OUTBOX_WORKER_H */

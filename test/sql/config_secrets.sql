@@ -105,7 +105,6 @@ SELECT tgrelid::regclass AS config_table, tgname
  WHERE tgfoid = 'outbox._check_config()'::regprocedure
  ORDER BY 1;
 
-DELETE FROM outbox.events WHERE type = 'sec.t';
 DELETE FROM outbox.destinations WHERE name = 'sec_ok';
 DELETE FROM outbox.credentials WHERE name = 'sec_aws';
 DROP FUNCTION try_full(text);

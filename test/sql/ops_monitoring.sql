@@ -1,7 +1,8 @@
 --
 -- ops_monitoring: the monitoring views, health, metrics and the admin
 -- functions, in the states a relay-less instance can reach (the relay's
--- steps are driven by hand through outbox._lease/_ack/_retry/_dead)
+-- steps are driven by hand through the store's outbox._claim, _claim_ack
+-- and _retries_*)
 --
 
 -- a database of its own, so that other tests' events do not show
@@ -26,10 +27,13 @@ INSERT INTO outbox.destinations (name, url) VALUES
     ('ops-a', 'http://127.0.0.1:9/a'),
     ('ops-b', 'http://127.0.0.1:9/b'),
     ('ops-idle', 'http://127.0.0.1:9/idle');
-CREATE TEMP TABLE ev AS
-SELECT outbox.emit('ops.created', g::text, jsonb_build_object('secret', 'payload ' || g),
-                   destination => CASE WHEN g <= 6 THEN 'ops-a' ELSE 'ops-b' END) AS id, g
-  FROM generate_series(1, 9) g;
+-- one transaction per event, so that a claim can take some of them
+CREATE TEMP TABLE ev (id uuid, g int);
+SELECT format($$INSERT INTO ev SELECT outbox.emit('ops.created', %s::text,
+                                                  jsonb_build_object('secret', 'payload ' || %s),
+                                                  destination => %L), %s$$,
+              g, g, CASE WHEN g <= 6 THEN 'ops-a' ELSE 'ops-b' END, g)
+  FROM generate_series(1, 9) g \gexec
 -- scheduled for later: pending, not claimable, not aged
 INSERT INTO ev SELECT outbox.emit('ops.later', 'l', '{}', destination => 'ops-b',
                                   not_before => now() + interval '1 hour'), 10;
@@ -42,16 +46,24 @@ SELECT destination, pending, claimable, published, dead, in_flight, paused, circ
        oldest_dead_age IS NULL AS no_dead_age, recent_5xx
   FROM outbox.destination_stats ORDER BY destination;
 
--- a lease takes rows out of "claimable" (they wait for their lease), a
--- retry keeps them out, ack publishes, dead makes dead letters
-SELECT count(*) AS leased FROM outbox._lease(5, '1 minute', 'ops-a');
-SELECT outbox._ack(ARRAY(SELECT id FROM ev WHERE g IN (1, 2)), ARRAY[204, 200]);
-SELECT outbox._retry(ARRAY(SELECT id FROM ev WHERE g = 3), ARRAY[now() + interval '1 minute'],
-                     ARRAY[503], ARRAY['HTTP 503: busy']);
-SELECT outbox._dead(ARRAY(SELECT id FROM ev WHERE g IN (4, 5) ORDER BY g), ARRAY[422, NULL],
-                    ARRAY['HTTP 422: rejected', 'connection refused']);
-SELECT count(*) AS leased FROM outbox._lease(5, '1 minute', 'ops-b');
-SELECT outbox._dead(ARRAY(SELECT id FROM ev WHERE g = 7), ARRAY[410], ARRAY['HTTP 410: gone']);
+-- a claim takes events out of "claimable" (they wait for their batch's
+-- lease); its acknowledgement publishes, copies failures to retries (not
+-- claimable until due) and dead ones to the dead letters
+SELECT count(*) AS leased, min(seq) AS a_batch FROM outbox._claim(5, '1 minute', 'ops-a') \gset
+SELECT :leased AS leased;
+SELECT outbox._claim_ack('ops-a', :a_batch,
+                         failed => ARRAY(SELECT id FROM ev WHERE g = 3),
+                         due_at => ARRAY[now() + interval '1 minute'], attempts => ARRAY[1],
+                         status => ARRAY[503], error => ARRAY['HTTP 503: busy'],
+                         dead => ARRAY(SELECT id FROM ev WHERE g IN (4, 5) ORDER BY g),
+                         dead_status => ARRAY[422, NULL],
+                         dead_error => ARRAY['HTTP 422: rejected', 'connection refused']);
+SELECT count(*) AS leased, min(seq) AS b1_batch FROM outbox._claim(1, '1 minute', 'ops-b') \gset
+SELECT outbox._claim_ack('ops-b', :b1_batch, dead => ARRAY(SELECT id FROM ev WHERE g = 7),
+                         dead_status => ARRAY[410], dead_error => ARRAY['HTTP 410: gone']);
+-- the claim copies the event scheduled for later to retries
+SELECT count(*) AS leased, min(seq) AS b_batch FROM outbox._claim(5, '1 minute', 'ops-b') \gset
+SELECT :leased AS leased;
 
 SELECT destination, pending, claimable, published, dead, last_published_at IS NOT NULL AS has_published,
        oldest_dead_age >= '0' AS dead_aged
@@ -60,15 +72,22 @@ SELECT destination, pending, claimable, published, dead, last_published_at IS NO
 -- health: no relay (critical), dead letters (warn), unrouted (warn)
 SELECT status, reasons FROM outbox.health();
 
--- old events cross the age thresholds (defaults: warn 5 min, critical 30 min)
-UPDATE outbox.events SET created_at = now() - interval '10 minutes' WHERE id = (SELECT id FROM ev WHERE g = 6);
+-- old events cross the age thresholds (defaults: warn 5 min, critical 30
+-- min); the log is insert-only, only a test moves created_at
+CREATE FUNCTION age_event(i uuid, t timestamptz) RETURNS void LANGUAGE sql AS $$
+    UPDATE outbox.log_0 SET created_at = t WHERE id = i;
+    UPDATE outbox.log_1 SET created_at = t WHERE id = i;
+    UPDATE outbox.log_2 SET created_at = t WHERE id = i;
+    UPDATE outbox.retries SET created_at = t WHERE id = i;
+$$;
+SELECT age_event((SELECT id FROM ev WHERE g = 6), now() - interval '10 minutes');
 SELECT reason FROM unnest((outbox.health()).reasons) AS reason WHERE reason LIKE '%oldest pending%';
-UPDATE outbox.events SET created_at = now() - interval '2 hours' WHERE id = (SELECT id FROM ev WHERE g = 6);
+SELECT age_event((SELECT id FROM ev WHERE g = 6), now() - interval '2 hours');
 SELECT reason FROM unnest((outbox.health()).reasons) AS reason WHERE reason LIKE '%oldest pending%';
 -- an event scheduled for later does not count, however old
-UPDATE outbox.events SET created_at = now() - interval '2 hours' WHERE id = (SELECT id FROM ev WHERE g = 10);
+SELECT age_event((SELECT id FROM ev WHERE g = 10), now() - interval '2 hours');
 SELECT reason FROM unnest((outbox.health()).reasons) AS reason WHERE reason LIKE '%"ops-b" is%';
-UPDATE outbox.events SET created_at = now() WHERE id = (SELECT id FROM ev WHERE g IN (6));
+SELECT age_event((SELECT id FROM ev WHERE g = 6), now());
 
 -- the dead-letter thresholds are settings (reload)
 ALTER SYSTEM SET outbox.dead_letters_critical = 3;
@@ -106,9 +125,16 @@ SELECT outbox.redrive_dead(destination => 'ops-b') AS redriven;
 SELECT g, e.status, e.attempts FROM outbox.events e JOIN ev USING (id) WHERE g = 7;
 SELECT outbox.redrive_dead(error_like => 'nothing like this') AS none;
 
--- make dead letters again, purge some by filter, then all
-SELECT outbox._dead(ARRAY(SELECT id FROM ev WHERE g IN (4, 7, 8) ORDER BY g), ARRAY[500, 500, 500],
-                    ARRAY['x', 'y', 'z']);
+-- make dead letters again (from retries, and from the in-flight batch,
+-- whose other event fails), purge some by filter, then all
+SELECT outbox._retries_dead(ARRAY(SELECT id FROM ev WHERE g IN (4, 7) ORDER BY g), ARRAY[500, 500],
+                            ARRAY['x', 'y']);
+SELECT outbox._claim_ack('ops-b', :b_batch,
+                         failed => ARRAY(SELECT id FROM ev WHERE g = 9),
+                         due_at => ARRAY[now() + interval '1 minute'], attempts => ARRAY[1],
+                         status => ARRAY[503], error => ARRAY['HTTP 503'],
+                         dead => ARRAY(SELECT id FROM ev WHERE g = 8),
+                         dead_status => ARRAY[500], dead_error => ARRAY['z']);
 SELECT try($$SELECT outbox.purge_dead()$$);
 SELECT outbox.purge_dead(destination => 'ops-a') AS purged;
 SELECT status, count(*) FROM outbox.events GROUP BY status ORDER BY status;
@@ -117,7 +143,7 @@ SELECT status, count(*) FROM outbox.events GROUP BY status ORDER BY status;
 SELECT g FROM ev WHERE id NOT IN (SELECT id FROM outbox.events) ORDER BY g;
 
 -- redrive all
-SELECT outbox._dead(ARRAY(SELECT id FROM ev WHERE g = 9), ARRAY[500], ARRAY['x']);
+SELECT outbox._retries_dead(ARRAY(SELECT id FROM ev WHERE g = 9), ARRAY[500], ARRAY['x']);
 SELECT outbox.redrive_dead(all_dead => true) AS redriven;
 SELECT count(*) AS dead FROM outbox.events WHERE status = 'dead';
 
@@ -132,7 +158,7 @@ SELECT try($$SELECT outbox.resume(NULL)$$);
 
 -- wait_published
 SELECT outbox.wait_published((SELECT id FROM ev WHERE g = 1), '1 second') AS published_at_once;
-SELECT outbox._dead(ARRAY(SELECT id FROM ev WHERE g = 9), ARRAY[500], ARRAY['x']);
+SELECT outbox._retries_dead(ARRAY(SELECT id FROM ev WHERE g = 9), ARRAY[500], ARRAY['x']);
 SELECT outbox.wait_published((SELECT id FROM ev WHERE g = 9), '10 seconds') AS dead_at_once;
 SELECT outbox.wait_published((SELECT id FROM ev WHERE g = 6), '50 milliseconds') AS times_out;
 SELECT try($$SELECT outbox.wait_published('00000000-0000-7000-8000-000000000000', '1 second')$$);

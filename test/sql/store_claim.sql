@@ -100,52 +100,52 @@ SELECT outbox._claim_ack('sc', 2), outbox._claim_ack('sc', 4), outbox._claim_ack
 SELECT count(*) AS nothing_unacknowledged FROM outbox._claim_recover('1 min', 'sc');
 
 
--- outbox._emit_log(): emit() into the current slot with the transaction's
+-- outbox.emit() writes the current slot with the transaction's
 -- xid, ordering key on an ordered destination, not_before when ahead
 UPDATE outbox.destinations SET options = '{"ordering": "aggregate"}' WHERE name = 'sc';
 BEGIN;
-SELECT outbox._emit_log('sc.emitted', 'agg-1', '{"n": 1}', destination => 'sc',
+SELECT outbox.emit('sc.emitted', 'agg-1', '{"n": 1}', destination => 'sc',
                         headers => '{"x-h": "v"}') IS NOT NULL AS emitted;
 SELECT xid = pg_current_xact_id() AS own_xid, ordering_key, not_before IS NULL AS due,
        created_at = now() AS created_now, headers
   FROM outbox.log_0 WHERE type = 'sc.emitted';
 COMMIT;
-SELECT outbox._emit_log('sc.deferred', NULL, '{}', destination => 'sc',
+SELECT outbox.emit('sc.deferred', NULL, '{}', destination => 'sc',
                         not_before => now() + interval '1 hour') IS NOT NULL AS emitted;
-SELECT outbox._emit_log('sc.past', NULL, '{}', destination => 'sc',
+SELECT outbox.emit('sc.past', NULL, '{}', destination => 'sc',
                         not_before => now() - interval '1 hour') IS NOT NULL AS emitted;
 SELECT type, not_before IS NOT NULL AS has_not_before FROM outbox.log_0
  WHERE type IN ('sc.deferred', 'sc.past') ORDER BY type;
 -- a switch of the rotation sends the next emit to the new slot; the
 -- claim reads every slot
 UPDATE outbox.rotation SET slot = 1, generation = generation + 1;
-SELECT outbox._emit_log('sc.slot1', NULL, '{}', destination => 'sc') IS NOT NULL AS emitted;
+SELECT outbox.emit('sc.slot1', NULL, '{}', destination => 'sc') IS NOT NULL AS emitted;
 SELECT count(*) AS in_slot1 FROM outbox.log_1 WHERE type = 'sc.slot1';
 UPDATE outbox.rotation SET slot = 0, generation = generation + 1;
 SELECT type FROM outbox._claim(10, '1 min', 'sc') ORDER BY type;
 SELECT type, attempts FROM outbox.retries WHERE type = 'sc.deferred';
-SELECT outbox._emit_log('sc.nowhere', NULL, '{}', destination => 'nowhere');
+SELECT outbox.emit('sc.nowhere', NULL, '{}', destination => 'nowhere');
 
 -- ordered destination: an event behind an earlier one of its aggregate
 -- in outbox.retries, or behind a deferred one in the same range, is held
 -- (copied to retries, not sent); other aggregates go on
 INSERT INTO outbox.destinations (name, url, options)
 VALUES ('so', 'http://127.0.0.1:9/so', '{"ordering": "aggregate"}');
-SELECT outbox._emit_log('so.a1', 'A', '{}', destination => 'so') IS NOT NULL AS emitted;
-SELECT outbox._emit_log('so.b1', 'B', '{}', destination => 'so') IS NOT NULL AS emitted;
+SELECT outbox.emit('so.a1', 'A', '{}', destination => 'so') IS NOT NULL AS emitted;
+SELECT outbox.emit('so.b1', 'B', '{}', destination => 'so') IS NOT NULL AS emitted;
 SELECT type FROM outbox._claim(10, '1 min', 'so') ORDER BY type;
 SELECT outbox._claim_ack('so', 1, ARRAY(SELECT id FROM outbox.log_0 WHERE type = 'so.a1'),
                          ARRAY[now()], ARRAY[1], ARRAY[503], ARRAY['busy']) AS acked;
-SELECT outbox._emit_log('so.a2', 'A', '{}', destination => 'so') IS NOT NULL AS emitted;
-SELECT outbox._emit_log('so.b2', 'B', '{}', destination => 'so') IS NOT NULL AS emitted;
-SELECT outbox._emit_log('so.c1', 'C', '{}', destination => 'so',
+SELECT outbox.emit('so.a2', 'A', '{}', destination => 'so') IS NOT NULL AS emitted;
+SELECT outbox.emit('so.b2', 'B', '{}', destination => 'so') IS NOT NULL AS emitted;
+SELECT outbox.emit('so.c1', 'C', '{}', destination => 'so',
                         not_before => now() + interval '1 hour') IS NOT NULL AS emitted;
-SELECT outbox._emit_log('so.c2', 'C', '{}', destination => 'so') IS NOT NULL AS emitted;
+SELECT outbox.emit('so.c2', 'C', '{}', destination => 'so') IS NOT NULL AS emitted;
 SELECT type FROM outbox._claim(10, '1 min', 'so') ORDER BY type;
 SELECT type, attempts, due_at > now() AS later FROM outbox.retries
  WHERE destination = 'so' ORDER BY type;
 -- a batch with nothing to send is acknowledged by its claim
-SELECT outbox._emit_log('so.a2b', 'A', '{}', destination => 'so') IS NOT NULL AS emitted;
+SELECT outbox.emit('so.a2b', 'A', '{}', destination => 'so') IS NOT NULL AS emitted;
 SELECT count(*) AS sent FROM outbox._claim(10, '1 min', 'so');
 SELECT b.seq, b.events, k.seq IS NOT NULL AS acked
   FROM outbox.batches b LEFT JOIN outbox.batch_acks k USING (destination, seq)
@@ -153,8 +153,8 @@ SELECT b.seq, b.events, k.seq IS NOT NULL AS acked
 -- the retries lease takes the heads only: a1 (c1 is not due)
 SELECT type FROM outbox._retries_lease(10, '1 min', 'so') ORDER BY type;
 -- a recovered batch does not send its held events again
-SELECT outbox._emit_log('so.a3', 'A', '{}', destination => 'so') IS NOT NULL AS emitted;
-SELECT outbox._emit_log('so.d1', 'D', '{}', destination => 'so') IS NOT NULL AS emitted;
+SELECT outbox.emit('so.a3', 'A', '{}', destination => 'so') IS NOT NULL AS emitted;
+SELECT outbox.emit('so.d1', 'D', '{}', destination => 'so') IS NOT NULL AS emitted;
 SELECT type FROM outbox._claim(10, '0 s', 'so') ORDER BY type;
 SELECT type FROM outbox._claim_recover('1 min', 'so') ORDER BY type;
 DELETE FROM outbox.destinations WHERE name = 'so';

@@ -6,17 +6,17 @@
 --
 INSERT INTO outbox.destinations (name, url) VALUES ('rt', 'http://127.0.0.1:9/rt');
 SELECT slot FROM outbox.rotation;
-SELECT outbox._emit_log('rt.a', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
-SELECT outbox._emit_log('rt.b', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
+SELECT outbox.emit('rt.a', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
+SELECT outbox.emit('rt.b', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
 -- an unrouted event: no stream claims it
-SELECT outbox._emit_log('rt.unrouted', NULL, '{}') IS NOT NULL AS emitted;
+SELECT outbox.emit('rt.unrouted', NULL, '{}') IS NOT NULL AS emitted;
 
 -- not due yet
 SELECT outbox._rotate_log('1 hour');
 -- the next slot (1) is empty: rotated, and emit() follows
 SELECT outbox._rotate_log('0 s');
 SELECT slot FROM outbox.rotation;
-SELECT outbox._emit_log('rt.c', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
+SELECT outbox.emit('rt.c', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
 SELECT (SELECT count(*) FROM outbox.log_0) AS slot0, (SELECT count(*) FROM outbox.log_1) AS slot1;
 -- the transaction of the latest switch is still running: no rotation
 BEGIN;
@@ -47,9 +47,9 @@ SELECT outbox._rotate_log('0 s');
 SELECT slot, (SELECT count(*) FROM outbox.log_1) AS slot1 FROM outbox.rotation;
 
 -- batches: below the oldest unacknowledged one (else the newest) they go
-SELECT outbox._emit_log('rt.d', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
+SELECT outbox.emit('rt.d', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
 SELECT DISTINCT seq AS unacked FROM outbox._claim(10, '1 min', 'rt');
-SELECT outbox._emit_log('rt.e', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
+SELECT outbox.emit('rt.e', NULL, '{}', destination => 'rt') IS NOT NULL AS emitted;
 SELECT DISTINCT seq AS batch FROM outbox._claim(10, '1 min', 'rt') \gset
 SELECT outbox._claim_ack('rt', :batch);
 SELECT array_agg(seq ORDER BY seq) AS batches FROM outbox.batches WHERE destination = 'rt';

@@ -1,10 +1,12 @@
-# Retention of published outbox events by relay worker 0: published rows
-# older than outbox.retention are deleted in batches of at most
-# outbox.retention_batch rows per statement; pending rows (a paused
-# destination) and dead letters are never deleted; recently published rows
-# stay until they are old enough.  A statement-level trigger records what
-# each DELETE removed, so the batch bound and the row statuses are checked
-# per statement, not guessed from counts.
+# Retention on the insert-only store: relay worker 0 rotates the event log
+# every outbox.retention / 2 and truncates the slot that becomes current
+# once every destination has acknowledged its rows (README.store, 3.1), so
+# published events are gone after one to one and a half retention periods,
+# in whole slots, never row by row.  Pending events (a paused destination)
+# and dead letters are never lost: the paused destination's backlog is
+# spilled to outbox.retries so that it does not hold the log, and dead
+# letters live in outbox.dead_events.  A failing rotation is logged and
+# does not stop delivery.  outbox.retention = -1 never rotates.
 use strict;
 use warnings;
 use FindBin;
@@ -18,7 +20,6 @@ my $sink = start_sink();
 my $node = new_outbox_node('retention', qq{
 outbox.workers_per_database = 2
 outbox.retention = '3s'
-outbox.retention_batch = 40
 });
 $node->start;
 my $u = $sink->{url};
@@ -29,15 +30,16 @@ $node->safe_psql('postgres', qq{
 		('ok',     '$u/ok/ret', 12, 50, 100, false),
 		('dead',   '$u/status/400/ret', 12, 50, 100, false),
 		('paused', '$u/ok/paused', 12, 50, 100, true);
-	CREATE TABLE deletions (at timestamptz, n int, statuses text[], newest_published timestamptz);
-	CREATE FUNCTION log_deletion() RETURNS trigger LANGUAGE plpgsql AS \$\$
+	CREATE TABLE truncations (at timestamptz, slot text, rows bigint, newest timestamptz);
+	CREATE FUNCTION log_truncation() RETURNS trigger LANGUAGE plpgsql AS \$\$
 	BEGIN
-		INSERT INTO public.deletions
-		SELECT clock_timestamp(), count(*), array_agg(DISTINCT status), max(published_at) FROM old_rows;
+		EXECUTE format('INSERT INTO public.truncations SELECT clock_timestamp(), %L, count(*), max(created_at) FROM outbox.%I',
+		               TG_TABLE_NAME, TG_TABLE_NAME);
 		RETURN NULL;
 	END \$\$;
-	CREATE TRIGGER log_deletion AFTER DELETE ON outbox.events
-		REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION log_deletion();
+	CREATE TRIGGER log_truncation BEFORE TRUNCATE ON outbox.log_0 FOR EACH STATEMENT EXECUTE FUNCTION log_truncation();
+	CREATE TRIGGER log_truncation BEFORE TRUNCATE ON outbox.log_1 FOR EACH STATEMENT EXECUTE FUNCTION log_truncation();
+	CREATE TRIGGER log_truncation BEFORE TRUNCATE ON outbox.log_2 FOR EACH STATEMENT EXECUTE FUNCTION log_truncation();
 });
 
 my @ok = emit_events($node, 'ret.ok', 'ok', 300);
@@ -50,40 +52,36 @@ ok($node->poll_query_until('postgres', q{
 	'events published and dead-lettered');
 assert_zero_lost($sink, 'retention', '/ok/ret', @ok);
 
-# a failing retention statement (here: its trigger) is logged and does not stop delivery
-$node->safe_psql('postgres', q{ALTER TABLE deletions ADD CONSTRAINT boom CHECK (n = 0) NOT VALID});
+# a failing rotation (here: its truncate trigger) is logged and does not stop delivery
+$node->safe_psql('postgres', q{ALTER TABLE truncations ADD CONSTRAINT boom CHECK (rows < 0) NOT VALID});
 my @more = emit_events($node, 'ret.more', 'ok', 20);
-ok($node->poll_query_until('postgres', q{SELECT count(*) = 320 FROM outbox.events WHERE status = 'published'}),
-	'delivery goes on while retention fails');
-ok(wait_until(sub { slurp_file($node->logfile) =~ /retention of published events failed/ }, 30),
-	'the retention failure is logged');
-$node->safe_psql('postgres', q{ALTER TABLE deletions DROP CONSTRAINT boom});
-
-# recently published rows are kept for the retention period
-is($node->safe_psql('postgres', q{SELECT count(*) FROM deletions WHERE statuses IS NOT NULL
-	AND newest_published > at - interval '3 seconds'}), '0', 'nothing younger than the retention was deleted');
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 20 FROM outbox.events WHERE type = 'ret.more' AND status = 'published'}),
+	'delivery goes on while the rotation fails');
+ok(wait_until(sub { slurp_file($node->logfile) =~ /rotation of the event log failed/ }, 30),
+	'the rotation failure is logged');
+$node->safe_psql('postgres', q{ALTER TABLE truncations DROP CONSTRAINT boom});
 
 ok($node->poll_query_until('postgres', q{
-		SELECT count(*) = 0 FROM outbox.events WHERE status = 'published'}),
-	'every published row is deleted after the retention period');
+		SELECT count(*) = 0 FROM outbox.log WHERE type IN ('ret.ok', 'ret.more', 'ret.dead')}),
+	'every published (and dead) event left the log after the retention period');
 
 my $stats = $node->safe_psql('postgres', q{
-	SELECT count(*), max(n), sum(n),
-	       bool_and(statuses = ARRAY['published']),
-	       bool_and(newest_published < at - interval '3 seconds')
-	  FROM deletions WHERE n > 0});
-my ($stmts, $largest, $total, $only_published, $all_old) = split /\|/, $stats;
-note("retention: $total rows in $stmts statements, largest $largest");
-is($total, '320', 'all 320 published rows were deleted by retention');
-ok($stmts >= 8, "in several batches ($stmts statements)");
-ok($largest <= 40, "no batch above outbox.retention_batch (largest $largest)");
-is($only_published, 't', 'only published rows were deleted');
-is($all_old, 't', 'each deleted row was older than the retention when deleted');
+	SELECT count(*), coalesce(sum(rows), 0),
+	       bool_and(newest IS NULL OR newest < at - interval '3 seconds')
+	  FROM truncations});
+my ($truncs, $total, $all_old) = split /\|/, $stats;
+note("rotation: $total rows in $truncs truncations");
+ok($truncs >= 2, "in several rotations ($truncs truncations)");
+is($total, '360', 'every emitted row was truncated once (300 + 20 + 20 delivered, 20 dead)');
+is($all_old, 't', 'no truncated row was younger than the retention');
 
 is($node->safe_psql('postgres', q{
 		SELECT string_agg(status || '=' || n, ',' ORDER BY status)
-		  FROM (SELECT status, count(*) AS n FROM outbox.events GROUP BY status) s}),
-	'dead=20,pending=20', 'pending rows and dead letters are kept');
+		  FROM (SELECT status, count(*) AS n FROM outbox.events WHERE type IN ('ret.dead', 'ret.paused')
+		         GROUP BY status) s}),
+	'dead=20,pending=20', 'pending events (paused destination) and dead letters are kept');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.retries WHERE destination = 'paused'}),
+	'20', 'the paused backlog was spilled to outbox.retries');
 
 # -1 turns retention off
 $node->append_conf('postgresql.conf', "outbox.retention = -1\n");
@@ -91,11 +89,20 @@ $node->reload;
 $node->safe_psql('postgres', q{UPDATE outbox.destinations SET paused = false WHERE name = 'paused'});
 $node->safe_psql('postgres', q{SELECT outbox.emit('ret.kick', 'k', '{}', destination => 'ok')});
 ok($node->poll_query_until('postgres', q{
-		SELECT count(*) = 21 FROM outbox.events WHERE status = 'published'}),
-	'the paused events are published once resumed');
+		SELECT count(*) = 0 FROM outbox.retries WHERE destination = 'paused'}),
+	'the spilled events are delivered once the destination is resumed');
+ok(wait_until(sub { my %ids = map { $_->{id} => 1 } grep { $_->{path} =~ m{/ok/paused} } sink_records($sink);
+		scalar(keys %ids) == 20 }, 30),
+	'the sink received each of the 20 paused events');
+ok($node->poll_query_until('postgres', q{
+		SELECT count(*) = 1 FROM outbox.events WHERE type = 'ret.kick' AND status = 'published'}),
+	'a new event is published');
+my $before = $node->safe_psql('postgres', q{SELECT count(*) FROM truncations});
 sleep(5);
-is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE status = 'published'}),
-	'21', 'with outbox.retention = -1 published rows are kept');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM truncations}), $before,
+	'with outbox.retention = -1 the log is not rotated');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.log WHERE type = 'ret.kick'}),
+	'1', 'and the published event stays in the log');
 
 $node->stop;
 stop_sink($sink);
