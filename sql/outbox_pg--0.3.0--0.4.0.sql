@@ -1206,6 +1206,138 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.retries', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.dead_events', '');
 
 ------------------------------------------------------------------------
+-- log rotation in outbox.health() (issue #21): relay worker 0 keeps the
+-- last result of the rotation in its slot (retention.c); health() warns
+-- when it has been blocked for longer than outbox.retention
+------------------------------------------------------------------------
+CREATE FUNCTION outbox._log_rotation(OUT state pg_catalog.text,
+                                     OUT checked_at pg_catalog.timestamptz,
+                                     OUT rotated_at pg_catalog.timestamptz,
+                                     OUT blocked_since pg_catalog.timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'outbox_log_rotation'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION outbox._log_rotation() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION outbox.health(OUT status pg_catalog.text, OUT reasons pg_catalog.text[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rp record;
+    b record;
+    level int4 := 0;                    -- 0 ok, 1 warn, 2 critical
+    found_reasons text[] := '{}';
+    age_warn interval;
+    age_crit interval;
+    dead_warn int8;
+    dead_crit int8;
+    dead_total int8 := 0;
+    age interval;
+    rot record;
+    keep interval;
+BEGIN
+    -- first, so that the library (and its settings) is loaded
+    SELECT * INTO rp FROM outbox._relay_presence();
+    age_warn := current_setting('outbox.pending_age_warning')::interval;
+    age_crit := current_setting('outbox.pending_age_critical')::interval;
+    dead_warn := current_setting('outbox.dead_letters_warning')::int8;
+    dead_crit := current_setting('outbox.dead_letters_critical')::int8;
+
+    IF NOT rp.preloaded THEN
+        level := 2;
+        found_reasons := found_reasons || 'critical: outbox_pg is not in shared_preload_libraries, so no relay runs'::text;
+    ELSIF rp.running = 0 THEN
+        level := 2;
+        found_reasons := found_reasons || format('critical: no relay worker is running for database "%s"%s',
+            current_database(),
+            CASE WHEN NOT rp.launcher_running THEN ' (the outbox_pg launcher is not running either)'
+                 ELSE ' (see outbox.workers() and outbox.databases)' END);
+    ELSIF rp.erroring > 0 THEN
+        level := greatest(level, 1);
+        found_reasons := found_reasons || format('warn: %s relay worker(s) failed their last cycle: %s',
+                                                 rp.erroring, rp.last_error);
+    END IF;
+
+    FOR b IN
+        SELECT bl.*, d.name AS defined, d.paused
+          FROM outbox._destination_backlog AS bl
+          LEFT JOIN outbox.destinations AS d ON d.name = bl.destination
+         ORDER BY bl.destination NULLS FIRST
+    LOOP
+        dead_total := dead_total + b.dead;
+        age := now() - b.oldest_pending_at;
+        IF age_crit > interval '0' AND age >= age_crit THEN
+            level := 2;
+            found_reasons := found_reasons || format('critical: the oldest pending event of destination "%s" is %s s old (outbox.pending_age_critical = %s)',
+                coalesce(b.destination, '(unrouted)'), floor(extract(epoch FROM age)),
+                current_setting('outbox.pending_age_critical'));
+        ELSIF age_warn > interval '0' AND age >= age_warn THEN
+            level := greatest(level, 1);
+            found_reasons := found_reasons || format('warn: the oldest pending event of destination "%s" is %s s old (outbox.pending_age_warning = %s)',
+                coalesce(b.destination, '(unrouted)'), floor(extract(epoch FROM age)),
+                current_setting('outbox.pending_age_warning'));
+        END IF;
+        IF b.pending > 0 AND b.destination IS NULL THEN
+            level := greatest(level, 1);
+            found_reasons := found_reasons || format('warn: %s pending event(s) match no route and wait', b.pending);
+        ELSIF b.pending > 0 AND b.defined IS NULL THEN
+            level := greatest(level, 1);
+            found_reasons := found_reasons || format('warn: %s pending event(s) name destination "%s", which does not exist',
+                                                     b.pending, b.destination);
+        END IF;
+    END LOOP;
+
+    FOR b IN SELECT d.name FROM outbox.destinations AS d WHERE d.paused ORDER BY d.name LOOP
+        level := greatest(level, 1);
+        found_reasons := found_reasons || format('warn: destination "%s" is paused', b.name);
+    END LOOP;
+
+    FOR b IN
+        SELECT r.destination, r.circuit_state, r.last_error_at
+          FROM outbox.destination_runtime() AS r
+          JOIN outbox.destinations AS d ON d.name = r.destination
+         WHERE r.circuit_state <> 'closed'
+         ORDER BY r.destination
+    LOOP
+        level := greatest(level, 1);
+        found_reasons := found_reasons || format('warn: destination "%s" is failing: its circuit is %s',
+                                                 b.destination, b.circuit_state);
+    END LOOP;
+
+    -- the log's rotation (0.4.0): blocked for longer than the retention,
+    -- the log holds more than its bound and keeps growing until the cause
+    -- ends (a reader's lock such as pg_dump's, an old writing transaction,
+    -- a destination that does not acknowledge)
+    keep := CASE WHEN current_setting('outbox.retention') IN ('-1', '-1s', '-1ms')
+                 THEN NULL ELSE current_setting('outbox.retention')::interval END;
+    SELECT * INTO rot FROM outbox._log_rotation();
+    IF keep IS NOT NULL AND rot.blocked_since IS NOT NULL
+       AND now() - rot.blocked_since >= keep THEN
+        level := greatest(level, 1);
+        found_reasons := found_reasons || format('warn: the event log has not been rotated for %s s (%s), so it grows past outbox.retention = %s; it rotates once that ends',
+            floor(extract(epoch FROM now() - rot.blocked_since)), rot.state,
+            current_setting('outbox.retention'));
+    END IF;
+
+    IF dead_crit > 0 AND dead_total >= dead_crit THEN
+        level := 2;
+        found_reasons := found_reasons || format('critical: %s dead letter(s) (outbox.dead_letters_critical = %s); see outbox.dead_letters()',
+                                                 dead_total, dead_crit);
+    ELSIF dead_warn > 0 AND dead_total >= dead_warn THEN
+        level := greatest(level, 1);
+        found_reasons := found_reasons || format('warn: %s dead letter(s) (outbox.dead_letters_warning = %s); see outbox.dead_letters()',
+                                                 dead_total, dead_warn);
+    END IF;
+
+    status := (ARRAY['ok', 'warn', 'critical'])[level + 1];
+    reasons := found_reasons;
+END
+$$;
+-- end of log rotation in outbox.health()
+
+------------------------------------------------------------------------
 -- predefined roles (issue #18) -- keep this section last: it grants
 -- on objects the sections above define
 ------------------------------------------------------------------------

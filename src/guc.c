@@ -352,8 +352,8 @@ static void
 define_retention_gucs(void)
 {
 	DefineCustomIntVariable("outbox.retention",
-							"How long published outbox events are kept before relay worker 0 deletes them.",
-							"-1 keeps them forever. Pending and dead events are never deleted by retention.",
+							"How long acknowledged outbox events are kept: relay worker 0 of each database rotates the event log every half of it.",
+							"-1 never rotates. Pending, retried and dead events are never removed by retention.",
 							&outbox_retention,
 							3600, -1, INT_MAX,
 							PGC_SIGHUP,

@@ -63,6 +63,10 @@ typedef struct RelaySlot
 										 * changed dboid's destinations,
 										 * credentials or routes (wake.c) */
 
+	pg_atomic_uint64 wake_generation;	/* bumped by every commit that woke
+										 * the relays of dboid without naming
+										 * its destinations (wake.c) */
+
 	/*
 	 * Worker 0 only: the last result of the log's rotation (retention.c,
 	 * OutboxRotateLog): "rotated", "wait" (not due), "busy" (another
@@ -75,9 +79,6 @@ typedef struct RelaySlot
 	 * "failed: <error>".  rotation_blocked_since: when the current run of
 	 * blocked results began (0 while not blocked).
 	 */
-	pg_atomic_uint64 wake_generation;	/* bumped by every commit that woke
-										 * the relays of dboid without naming
-										 * its destinations (wake.c) */
 	char		rotation[OUTBOX_ERROR_LEN];
 	TimestampTz rotation_checked_at;
 	TimestampTz rotated_at;

@@ -45,6 +45,7 @@
 
 PG_FUNCTION_INFO_V1(outbox_wake);
 PG_FUNCTION_INFO_V1(outbox_relay_presence);
+PG_FUNCTION_INFO_V1(outbox_log_rotation);
 PG_FUNCTION_INFO_V1(outbox_wait_published);
 
 static SPIPlanPtr status_plan = NULL;
@@ -104,6 +105,51 @@ outbox_relay_presence(PG_FUNCTION_ARGS)
 	values[3] = Int32GetDatum(erroring);
 	values[4] = CStringGetTextDatum(last_error);
 	nulls[4] = (last_error[0] == '\0');
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/*
+ * outbox._log_rotation(): the last result of the log's rotation, as relay
+ * worker 0 of the current database left it in its slot (retention.c), for
+ * outbox.health(): all null while no worker 0 runs.
+ */
+Datum
+outbox_log_rotation(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[4];
+	bool		nulls[4] = {false};
+	bool		found = false;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	if (outbox_shared == NULL)
+		PG_RETURN_NULL();
+
+	LWLockAcquire(outbox_shared->lock, LW_SHARED);
+	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
+	{
+		RelaySlot  *slot = &outbox_shared->slots[i];
+
+		if (slot->dboid != MyDatabaseId || slot->pid == 0 ||
+			slot->worker_number != 0)
+			continue;
+		found = true;
+		nulls[0] = (slot->rotation[0] == '\0');
+		if (!nulls[0])
+			values[0] = CStringGetTextDatum(slot->rotation);
+		nulls[1] = (slot->rotation_checked_at == 0);
+		values[1] = TimestampTzGetDatum(slot->rotation_checked_at);
+		nulls[2] = (slot->rotated_at == 0);
+		values[2] = TimestampTzGetDatum(slot->rotated_at);
+		nulls[3] = (slot->rotation_blocked_since == 0);
+		values[3] = TimestampTzGetDatum(slot->rotation_blocked_since);
+		break;
+	}
+	LWLockRelease(outbox_shared->lock);
+
+	if (!found)
+		PG_RETURN_NULL();
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 

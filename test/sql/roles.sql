@@ -23,7 +23,7 @@ GRANT USAGE ON SCHEMA outbox, inbox TO regress_outbox_nobody_r;
 --
 -- Nothing for PUBLIC but the text form of emit(), which requires EXECUTE
 -- on the jsonb form (see "payload hint" below).
-SELECT c.oid::regclass::text AS object, a.privilege_type
+SELECT c.oid::regclass::text COLLATE "C" AS object, a.privilege_type
   FROM pg_class c, aclexplode(c.relacl) a
  WHERE c.relnamespace IN ('outbox'::regnamespace, 'inbox'::regnamespace)
    AND a.grantee = 0
@@ -31,7 +31,8 @@ UNION ALL
 SELECT p.oid::regprocedure::text, a.privilege_type
   FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
  WHERE p.pronamespace IN ('outbox'::regnamespace, 'inbox'::regnamespace)
-   AND a.grantee = 0;
+   AND a.grantee = 0
+ ORDER BY 1, 2;
 
 -- What holds payloads, headers, URLs, secrets or peers' error text: every
 -- relation with such a column (tables and views), and the stores by name.

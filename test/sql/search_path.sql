@@ -227,6 +227,7 @@ SELECT outbox._wake();
 SELECT outbox._sanitize_peer_text('\x1b5b316d6869'::pg_catalog.bytea, 64) AS sanitized;
 SELECT outbox._host_allowed('http://user@127.0.0.1:8080/', '127.0.0.1') AS host_refusal;
 SELECT preloaded FROM outbox._relay_presence();
+SELECT state IS NULL OR checked_at IS NOT NULL AS rotation_known FROM outbox._log_rotation();
 SELECT pid IS NULL AS no_relay FROM outbox.workers() LIMIT 0;
 SELECT destination FROM outbox.destination_runtime() LIMIT 0;
 SELECT destination, pending, dead FROM outbox.destination_stats
