@@ -83,6 +83,27 @@ is($node->safe_psql('postgres', q{
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.retries WHERE destination = 'paused'}),
 	'20', 'the paused backlog was spilled to outbox.retries');
 
+# a reader holding a lock on the log, as pg_dump does, blocks the
+# rotation: health() says so once that has lasted longer than the
+# retention, and the warning clears when the reader has ended
+my $reader = $node->background_psql('postgres');
+$reader->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM outbox.log;');
+emit_events($node, 'ret.held', 'ok', 5);
+ok($node->poll_query_until('postgres', q{
+		SELECT EXISTS (SELECT 1 FROM unnest((outbox.health()).reasons) AS r
+		                WHERE r LIKE 'warn: the event log has not been rotated for %')}),
+	'health() warns while a reader\'s lock blocks the rotation');
+note('health: ' . $node->safe_psql('postgres', q{SELECT reasons FROM outbox.health()}));
+like($node->safe_psql('postgres', q{SELECT state FROM outbox._log_rotation()}),
+	qr/^(locked|unacknowledged: paused)$/, 'the rotation names why it waits');
+$reader->query_safe('COMMIT');
+$reader->quit;
+ok($node->poll_query_until('postgres', q{
+		SELECT NOT EXISTS (SELECT 1 FROM unnest((outbox.health()).reasons) AS r
+		                    WHERE r LIKE '%has not been rotated%')
+		   AND (SELECT state FROM outbox._log_rotation()) IN ('rotated', 'wait')}),
+	'the warning clears once the reader has ended');
+
 # -1 turns retention off
 $node->append_conf('postgresql.conf', "outbox.retention = -1\n");
 $node->reload;
