@@ -183,6 +183,8 @@ hold('report snapshot', $SECS, 'SELECT n FROM report');
 summary('after the report', watch(time + $GAP));
 
 # like pg_dump: a lock on every table of the outbox schema, then a read
+# of the tables' rows (pg_dump copies tables; it does not read the view
+# outbox.events, whose per-row state an old snapshot makes slow to derive)
 hold('dump-like snapshot', $DUMP_SECS, q{
 	DO $$
 	DECLARE
@@ -195,7 +197,8 @@ hold('dump-like snapshot', $DUMP_SECS, q{
 			EXECUTE format('LOCK TABLE %s IN ACCESS SHARE MODE', t);
 		END LOOP;
 	END $$;
-	SELECT count(*) FROM outbox.events;}) if $DUMP_SECS > 0;
+	SELECT (SELECT count(*) FROM outbox.log) + (SELECT count(*) FROM outbox.retries)
+	       + (SELECT count(*) FROM outbox.dead_events);}) if $DUMP_SECS > 0;
 
 $bench->finish;
 is($?, 0, 'the emitter ran to its end') or diag($bench_err);
