@@ -162,7 +162,8 @@ typedef struct RelayBatch
 	RelayDestination *dest;
 	char	   *destination;
 	int64		seq;
-	TimestampTz lease_end;		/* its lease, as far as this relay knows */
+	TimestampTz lease_end;		/* its leased_until as this relay set it:
+								 * the fence of its acknowledgement */
 	int			refs;			/* its events alive */
 	int			unrecorded;		/* its events without a result */
 	bool		abandoned;		/* never acknowledged by this relay */
@@ -1092,9 +1093,15 @@ delivery_pump(RelayDestination *rd)
 			Interval   *lease = palloc0(sizeof(Interval));
 
 			lease->time = (int64) Max(ms, config_lease_ms) * 1000;
-			if (OutboxStoreBatchLease(ev->batch->destination, ev->batch->seq, lease))
-				ev->batch->lease_end =
-					TimestampTzPlusMilliseconds(now, Max(ms, config_lease_ms));
+			/*
+			 * Not moved: another worker recovered the batch after its lease
+			 * ran out (this relay was stopped or slow) and sends it again;
+			 * this relay's results are late and must not acknowledge it.
+			 */
+			if (!ev->batch->abandoned &&
+				!OutboxStoreBatchLease(ev->batch->destination, ev->batch->seq,
+									   lease, &ev->batch->lease_end))
+				ev->batch->abandoned = true;
 		}
 	}
 
@@ -1606,7 +1613,8 @@ batch_acknowledge(RelayBatch *b)
 						text_array_nulls(b->f_errors, b->f_errnull, b->nfailed),
 						uuid_array(b->d_ids, b->ndead),
 						status_array(b->d_statuses, b->ndead),
-						text_array(b->d_errors, b->ndead));
+						text_array(b->d_errors, b->ndead),
+						b->lease_end);
 }
 
 /*

@@ -334,14 +334,20 @@ STORE_EVENT_COLUMNS;
  * outbox.retries) and dead ones ($8 ids, $9 status, $10 error: to
  * outbox.dead_events) when it is the first: a late acknowledgement of a
  * batch that another worker claimed again and acknowledged changes
- * nothing.  A batch that does not exist is not acknowledged.
+ * nothing.  A batch that does not exist is not acknowledged.  $11, the
+ * lease's fence: unless null, the batch is acknowledged only while its
+ * leased_until is still the one its acknowledger holds, so a relay that
+ * was stopped past its lease (another worker recovered the batch and is
+ * sending it again) cannot turn its late failures into dead letters.
  */
 static const char *claim_ack_sql =
 "WITH a AS (INSERT INTO outbox.batch_acks AS k (destination, seq)"
 "           SELECT $1, $2 WHERE EXISTS ("
 "               SELECT 1 FROM outbox.batches AS b"
 "                WHERE b.destination OPERATOR(pg_catalog.=) $1"
-"                  AND b.seq OPERATOR(pg_catalog.=) $2)"
+"                  AND b.seq OPERATOR(pg_catalog.=) $2"
+"                  AND ($11::pg_catalog.timestamptz IS NULL"
+"                       OR b.leased_until OPERATOR(pg_catalog.=) $11))"
 "           ON CONFLICT DO NOTHING RETURNING k.seq),"
 "     f AS (INSERT INTO outbox.retries AS t"
 "                  (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,"
@@ -664,25 +670,30 @@ store_claim(int batch_size, Interval *lease, const char *destination,
  * (timestamptz[]), attempts and statuses (int4[]) and errors (text[]): the
  * events to copy to outbox.retries; dead (uuid[]) with dead_statuses
  * (int4[]) and dead_errors (text[]): those to copy to outbox.dead_events.
+ * fence: the batch's leased_until as the caller holds it (0: no fence).
  * True if this call acknowledged the batch (false: already acknowledged,
- * or no such batch; nothing copied).
+ * no such batch, or its lease moved on; nothing copied).
  */
 bool
 OutboxStoreClaimAck(const char *destination, int64 seq, Datum failed,
 					Datum due_at, Datum attempts, Datum statuses, Datum errors,
-					Datum dead, Datum dead_statuses, Datum dead_errors)
+					Datum dead, Datum dead_statuses, Datum dead_errors,
+					TimestampTz fence)
 {
-	Oid			types[10] = {TEXTOID, INT8OID, UUIDARRAYOID, TIMESTAMPTZARRAYOID,
+	Oid			types[11] = {TEXTOID, INT8OID, UUIDARRAYOID, TIMESTAMPTZARRAYOID,
 							 INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
-							 UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
-	Datum		args[10] = {CStringGetTextDatum(destination), Int64GetDatum(seq),
+							 UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TIMESTAMPTZOID};
+	Datum		args[11] = {CStringGetTextDatum(destination), Int64GetDatum(seq),
 							failed, due_at, attempts, statuses, errors,
-							dead, dead_statuses, dead_errors};
+							dead, dead_statuses, dead_errors,
+							TimestampTzGetDatum(fence)};
+	char		nulls[11] = "          ";
 	bool		isnull;
 	Datum		acked;
 
-	if (store_execute(WorkerKeepPlan(&claim_ack_plan, claim_ack_sql, 10, types),
-					  args, NULL, SPI_OK_SELECT) != 1)
+	nulls[10] = (fence == 0) ? 'n' : ' ';
+	if (store_execute(WorkerKeepPlan(&claim_ack_plan, claim_ack_sql, 11, types),
+					  args, nulls, SPI_OK_SELECT) != 1)
 		elog(ERROR, "outbox acknowledgement returned no row");
 	acked = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return !isnull && DatumGetBool(acked);
@@ -764,29 +775,42 @@ static SPIPlanPtr due_destinations_plan = NULL;
  * acknowledged.  The relay lengthens the lease of a batch it sends in
  * several rounds (a transaction larger than the destination's
  * concurrency, or an ordered aggregate's events one after the other), so
- * that the recovery does not take it while it is still being sent.
+ * that the recovery does not take it while it is still being sent.  $4 is
+ * the fence: the lease it holds; a batch another worker recovered is not
+ * moved.
  */
 static const char *batch_lease_sql =
 "UPDATE outbox.batches AS b"
 "   SET leased_until = pg_catalog.now() OPERATOR(pg_catalog.+) $3"
 " WHERE b.destination OPERATOR(pg_catalog.=) $1"
 "   AND b.seq OPERATOR(pg_catalog.=) $2"
+"   AND b.leased_until OPERATOR(pg_catalog.=) $4"
 "   AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k"
 "                    WHERE k.destination OPERATOR(pg_catalog.=) b.destination"
-"                      AND k.seq OPERATOR(pg_catalog.=) b.seq)";
+"                      AND k.seq OPERATOR(pg_catalog.=) b.seq)"
+" RETURNING b.leased_until";
 
 static SPIPlanPtr batch_lease_plan = NULL;
 
-/* Lease batch seq of destination again, for lease from now; true if moved. */
+/*
+ * Lease batch seq of destination again, for lease from now, if its lease is
+ * still *fence; true if moved, with *fence set to the new leased_until.
+ */
 bool
-OutboxStoreBatchLease(const char *destination, int64 seq, Interval *lease)
+OutboxStoreBatchLease(const char *destination, int64 seq, Interval *lease,
+					  TimestampTz *fence)
 {
-	Oid			types[3] = {TEXTOID, INT8OID, INTERVALOID};
-	Datum		args[3] = {CStringGetTextDatum(destination), Int64GetDatum(seq),
-							IntervalPGetDatum(lease)};
+	Oid			types[4] = {TEXTOID, INT8OID, INTERVALOID, TIMESTAMPTZOID};
+	Datum		args[4] = {CStringGetTextDatum(destination), Int64GetDatum(seq),
+							IntervalPGetDatum(lease), TimestampTzGetDatum(*fence)};
+	bool		isnull;
 
-	return store_execute(WorkerKeepPlan(&batch_lease_plan, batch_lease_sql, 3, types),
-						 args, NULL, SPI_OK_UPDATE) > 0;
+	if (store_execute(WorkerKeepPlan(&batch_lease_plan, batch_lease_sql, 4, types),
+					  args, NULL, SPI_OK_UPDATE_RETURNING) == 0)
+		return false;
+	*fence = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+											   SPI_tuptable->tupdesc, 1, &isnull));
+	return true;
 }
 
 /*
@@ -862,7 +886,7 @@ outbox__claim_ack(PG_FUNCTION_ARGS)
 								PG_GETARG_DATUM(3), PG_GETARG_DATUM(4),
 								PG_GETARG_DATUM(5), PG_GETARG_DATUM(6),
 								PG_GETARG_DATUM(7), PG_GETARG_DATUM(8),
-								PG_GETARG_DATUM(9));
+								PG_GETARG_DATUM(9), 0);
 	SPI_finish();
 	PG_RETURN_BOOL(acked);
 }

@@ -98,11 +98,12 @@ extern uint64 OutboxStoreClaimNext(int batch_size, Interval *lease,
 extern uint64 OutboxStoreDueDestinations(void);
 extern bool OutboxStoreClaimSpill(int batch_size, const char *destination);
 extern bool OutboxStoreBatchLease(const char *destination, int64 seq,
-								  Interval *lease);
+								  Interval *lease, TimestampTz *fence);
 extern bool OutboxStoreClaimAck(const char *destination, int64 seq,
 								Datum failed, Datum due_at, Datum attempts,
 								Datum statuses, Datum errors, Datum dead,
-								Datum dead_statuses, Datum dead_errors);
+								Datum dead_statuses, Datum dead_errors,
+								TimestampTz fence);
 extern uint64 OutboxStoreClaimRecover(Interval *lease, const char *destination,
 									  int64 low_seq);
 extern uint64 OutboxStoreRetriesLease(int batch_size, Interval *lease,

@@ -57,9 +57,13 @@ sub zero_lost { return assert_zero_lost($sink, @_); }
 my @ids = emit_n('flaky500', 20);
 ok(published('flaky500', 20), '500s: all published after retries');
 zero_lost('500s', '/failfirst/2/500', @ids);
-is($node->safe_psql('postgres', q{SELECT min(attempts) || '/' || max(attempts) FROM outbox.events WHERE destination = 'flaky500'}),
-	'3/3', '500s: each took exactly three attempts');
-my %ids_seen = map { $_->{id} => 1 } grep { $_->{path} =~ m{^/failfirst/2/500} } sink_records($sink);
+# counted by the sink: since 0.4.0 a published event's row keeps no
+# attempt count (the store writes only failures, and forgets them once
+# the retry is acknowledged)
+my %ids_seen;
+$ids_seen{ $_->{id} }++ for grep { $_->{path} =~ m{^/failfirst/2/500} } sink_records($sink);
+is(join(',', sort { $a <=> $b } keys %{ { map { $_ => 1 } values %ids_seen } }), '3',
+	'500s: each took exactly three attempts');
 is(scalar(keys %ids_seen), 20, 'the message id is the same in every attempt');
 
 # the circuit breaker: a destination failing every request is backed off
