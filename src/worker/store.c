@@ -233,17 +233,9 @@ outbox_requeue(PG_FUNCTION_ARGS)
  * head in order (see retries_lease_sql).  For a plain destination the
  * ordered flag (an InitPlan, once per claim) short-circuits every probe.
  */
-/* the most events of one claim the relay holds in memory (see below) */
-#define STORE_CLAIM_MEMORY_EVENTS	1000
-
 #define STORE_FLAGS_SQL \
-"SELECT e.*, NOT (e.deferred OR e.held OR $6" \
-"                  OR (e.rn OPERATOR(pg_catalog.>) $7 AND NOT e.ordered)) AS send FROM (" \
+"SELECT e.*, NOT (e.deferred OR e.held OR $6) AS send FROM (" \
 "  SELECT r.*," \
-"         pg_catalog.row_number() OVER (ORDER BY r.xid, r.id) AS rn," \
-"         (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'" \
-"                            OPERATOR(pg_catalog.=) 'aggregate', false)" \
-"            FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $1) AS ordered," \
 "         COALESCE(r.not_before OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS deferred," \
 "         (r.ordering_key IS NOT NULL" \
 "          AND (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'" \
@@ -306,14 +298,7 @@ static const char *claim_scan_sql =
 
 /*
  * $1 destination, $2 seq, $3 from, $4 to (text), $5 lease, $6 spill (every
- * event is copied to outbox.retries: see OutboxStoreClaimSpill), $7 the
- * most events the relay takes into memory: a batch is whole transactions,
- * so one transaction that emitted 200,000 events would otherwise be one
- * batch held in the relay (measured: 250 MB); on a destination without
- * ordering the events past $7 are copied to outbox.retries, due now, and
- * go out through the retries lease in its own portions.  (An ordered
- * destination keeps the whole transaction: its events of one aggregate
- * must go one after the other.)  The batch
+ * event is copied to outbox.retries: see OutboxStoreClaimSpill).  The batch
  * counts every event of the range; the deferred and held ones are copied
  * to outbox.retries (attempts 0, due at not_before or now) in the same
  * statement, so the batch is acknowledged once the returned ones are done;
@@ -608,9 +593,9 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 {
 	Oid			lock_types[1] = {TEXTOID};
 	Oid			scan_types[2] = {TEXTOID, INT4OID};
-	Oid			insert_types[7] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, INTERVALOID,
-								   BOOLOID, INT8OID};
-	Datum		args[7];
+	Oid			insert_types[6] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, INTERVALOID,
+								   BOOLOID};
+	Datum		args[6];
 	uint64		n;
 	int64		seq;
 	char	   *prev_text;
@@ -674,9 +659,8 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 	args[3] = CStringGetTextDatum(store_snapshot_format(&cur));
 	args[4] = IntervalPGetDatum(lease);
 	args[5] = BoolGetDatum(spill);
-	args[6] = Int64GetDatum(Max(batch_size, STORE_CLAIM_MEMORY_EVENTS));
 	store_last_claimed = true;
-	return store_execute(WorkerKeepPlan(&claim_insert_plan, claim_insert_sql, 7,
+	return store_execute(WorkerKeepPlan(&claim_insert_plan, claim_insert_sql, 6,
 										insert_types),
 						 args, NULL, SPI_OK_SELECT);
 }
