@@ -113,6 +113,8 @@ sub settled
 		SELECT status IN ('published', 'dead') FROM outbox.events WHERE destination = '$dest'});
 }
 
+# status|last_status|last_error of the destination's event (since 0.4.0 a
+# published event keeps no last_status: the store writes only failures)
 sub row
 {
 	my ($dest) = @_;
@@ -138,17 +140,17 @@ sub received
 for my $d (qw(plain decimal octal hex))
 {
 	ok(settled($d), "$d settled");
-	is(row($d), 'published|204|', "$d: published");
+	is(row($d), 'published||', "$d: published");
 	is(received($s1, "/ok/$d"), 1, "$d: received on 127.0.0.1");
 }
 for my $d (qw(v6 v6long))
 {
 	ok(settled($d), "$d settled");
-	is(row($d), 'published|204|', "$d: published");
+	is(row($d), 'published||', "$d: published");
 	is(received($s6, "/ok/$d"), 1, "$d: received on [::1]");
 }
 ok(settled('byname'), 'byname settled');
-is(row('byname'), 'published|204|', 'a listed name that resolves to 127.0.0.2 is published');
+is(row('byname'), 'published||', 'a listed name that resolves to 127.0.0.2 is published');
 is(received($s2, '/ok/byname'), 1, 'and received on 127.0.0.2');
 
 # refused before any connection
