@@ -431,6 +431,26 @@ static const char *claim_serial_sql =
 
 static SPIPlanPtr claim_lock_plan = NULL;
 
+/*
+ * The stream of a destination that has none (its row was written with the
+ * triggers off: outbox._stream_changed() did not run): its position shows
+ * no transaction, so its first claim takes every event of it in the log.
+ */
+static const char *stream_create_sql =
+"WITH s AS (INSERT INTO outbox.streams (destination)"
+"           SELECT d.name FROM outbox.destinations AS d"
+"            WHERE d.name OPERATOR(pg_catalog.=) $1"
+"           ON CONFLICT DO NOTHING RETURNING destination),"
+"     b AS (INSERT INTO outbox.batches (destination, seq, from_snap, to_snap,"
+"                                       leased_until, events)"
+"           SELECT s.destination, 0, '3:3:', '3:3:', pg_catalog.now(), 0 FROM s"
+"           ON CONFLICT DO NOTHING),"
+"     a AS (INSERT INTO outbox.batch_acks (destination, seq)"
+"           SELECT s.destination, 0 FROM s ON CONFLICT DO NOTHING)"
+"SELECT s.destination FROM s";
+
+static SPIPlanPtr stream_create_plan = NULL;
+
 /* whether the last store_claim() made a batch */
 static bool store_last_claimed = false;
 
@@ -616,7 +636,21 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 	args[0] = CStringGetTextDatum(destination);
 	if (store_execute(WorkerKeepPlan(&claim_lock_plan, claim_lock_sql, 1, lock_types),
 					  args, NULL, SPI_OK_SELECT) == 0)
-		return 0;
+	{
+		/*
+		 * No stream to lock: another worker holds it, or the destination
+		 * was written with its triggers off (session_replication_role =
+		 * replica, as logical replication applies rows), so it never got
+		 * one.  Make it then, positioned before every event, and lock it.
+		 */
+		if (store_execute(WorkerKeepPlan(&stream_create_plan, stream_create_sql, 1,
+										 lock_types),
+						  args, NULL, SPI_OK_SELECT) == 0 ||
+			store_execute(WorkerKeepPlan(&claim_lock_plan, claim_lock_sql, 1,
+										 lock_types),
+						  args, NULL, SPI_OK_SELECT) == 0)
+			return 0;
+	}
 	if (serial &&
 		store_execute(WorkerKeepPlan(&claim_serial_plan, claim_serial_sql, 1, lock_types),
 					  args, NULL, SPI_OK_SELECT) > 0)
@@ -745,6 +779,10 @@ OutboxStoreClaimRecover(Interval *lease, const char *destination, int64 low_seq)
  * claim that finds nothing, at most once per poll.
  */
 static const char *due_destinations_sql =
+"SELECT d.name FROM outbox.destinations AS d"
+" WHERE NOT EXISTS (SELECT 1 FROM outbox.streams AS s"
+"                    WHERE s.destination OPERATOR(pg_catalog.=) d.name)"
+"UNION ALL "
 "SELECT s.destination FROM outbox.streams AS s"
 " CROSS JOIN LATERAL (SELECT b.to_snap FROM outbox.batches AS b"
 "                      WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
