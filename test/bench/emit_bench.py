@@ -9,8 +9,9 @@ ratios.  A benchmark, not a test: it never fails on a timing.
 
 Variants
   insert   prepared plain INSERT of the same row into a table shaped like
-           outbox.events (LIKE ... INCLUDING ALL: same columns, constraints
-           and indexes), id from gen_random_uuid()
+           the log slot emit() writes (LIKE outbox.log_0 INCLUDING ALL: same
+           columns, constraints and indexes; 0.4.0), id from
+           gen_random_uuid(), xid from pg_current_xact_id()
   emit     SELECT outbox.emit(...) of the same event (routed by type)
   pgq      SELECT pgq.insert_event(...) (PgQ 3 from Debian)
   upsert   prepared INSERT ... ON CONFLICT DO NOTHING into a table shaped
@@ -40,10 +41,10 @@ PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benc
 
 SCRIPTS = {
     "insert": f"""\\set aid random(1, 1000000)
-INSERT INTO bench.plain_events (id, type, aggregate_id, payload, destination,
-    status, attempts, next_attempt_at, created_at)
-VALUES (gen_random_uuid(), 'payment.created', :aid, '{PAYLOAD}', 'payments',
-    'pending', 0, now(), now());
+INSERT INTO bench.plain_events (id, xid, type, aggregate_id, payload, destination,
+    created_at)
+VALUES (gen_random_uuid(), pg_current_xact_id(), 'payment.created', :aid, '{PAYLOAD}',
+    'payments', now());
 """,
     "emit": f"""\\set aid random(1, 1000000)
 SELECT outbox.emit('payment.created', :aid, '{PAYLOAD}');
@@ -61,7 +62,7 @@ SELECT inbox.claim(:mid);
 }
 
 RESET_SQL = """
-TRUNCATE outbox.events, bench.plain_events, inbox.claims, bench.plain_claims;
+TRUNCATE outbox.log_0, outbox.log_1, outbox.log_2, bench.plain_events, inbox.claims, bench.plain_claims;
 SELECT pgq.drop_queue('payments', true);
 SELECT pgq.create_queue('payments');
 CHECKPOINT;
@@ -102,7 +103,7 @@ autovacuum = off
 CREATE EXTENSION outbox_pg;
 CREATE EXTENSION pgq;
 CREATE SCHEMA bench;
-CREATE TABLE bench.plain_events (LIKE outbox.events INCLUDING ALL);
+CREATE TABLE bench.plain_events (LIKE outbox.log_0 INCLUDING ALL);
 CREATE TABLE bench.plain_claims (LIKE inbox.claims INCLUDING ALL);
 INSERT INTO outbox.destinations (name, url) VALUES ('payments', 'http://127.0.0.1:9/');
 INSERT INTO outbox.routes (pattern, destination) VALUES ('payment.*', 'payments');
