@@ -93,7 +93,8 @@ CREATE TABLE outbox.streams (
 -- from_snap does not.  leased_until is moved only when a batch whose
 -- lease ran out without an acknowledgement is claimed again.
 CREATE TABLE outbox.batches (
-    destination       pg_catalog.text NOT NULL,
+    destination       pg_catalog.text NOT NULL
+                      REFERENCES outbox.streams ON UPDATE CASCADE ON DELETE CASCADE,
     seq               pg_catalog.int8 NOT NULL,
     from_snap         pg_catalog.pg_snapshot NOT NULL,
     to_snap           pg_catalog.pg_snapshot NOT NULL,
@@ -105,7 +106,8 @@ CREATE TABLE outbox.batches (
 
 -- A batch is done when its row here exists (inserted once, never updated).
 CREATE TABLE outbox.batch_acks (
-    destination pg_catalog.text NOT NULL,
+    destination pg_catalog.text NOT NULL
+                REFERENCES outbox.streams ON UPDATE CASCADE ON DELETE CASCADE,
     seq         pg_catalog.int8 NOT NULL,
     acked_at    pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
     PRIMARY KEY (destination, seq)
@@ -158,8 +160,9 @@ AS 'MODULE_PATHNAME', 'outbox__snapshot_cut'
 LANGUAGE C IMMUTABLE STRICT;
 
 -- A destination's stream starts at the creating transaction's snapshot:
--- its log starts empty (seq 0, acknowledged).  Deleting a destination
--- deletes its stream (foreign key) and its batches.
+-- its log starts empty (seq 0, acknowledged).  Renaming, deleting or
+-- truncating destinations reaches the stream and from it the batches and
+-- their acknowledgements (foreign keys).
 CREATE FUNCTION outbox._stream_changed()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -168,31 +171,20 @@ AS $$
 DECLARE
     pos pg_catalog.pg_snapshot;
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        pos := outbox._snapshot_cut(pg_catalog.pg_current_snapshot(),
-                                    pg_catalog.pg_current_xact_id());
-        INSERT INTO outbox.streams (destination) VALUES (NEW.name);
-        INSERT INTO outbox.batches (destination, seq, from_snap, to_snap, leased_until, events)
-        VALUES (NEW.name, 0, pos, pos, pg_catalog.now(), 0);
-        INSERT INTO outbox.batch_acks (destination, seq) VALUES (NEW.name, 0);
-        RETURN NEW;
-    ELSIF TG_OP = 'UPDATE' THEN
-        UPDATE outbox.batches SET destination = NEW.name
-         WHERE destination OPERATOR(pg_catalog.=) OLD.name;
-        UPDATE outbox.batch_acks SET destination = NEW.name
-         WHERE destination OPERATOR(pg_catalog.=) OLD.name;
-        RETURN NEW;
-    END IF;
-    DELETE FROM outbox.batches WHERE destination OPERATOR(pg_catalog.=) OLD.name;
-    DELETE FROM outbox.batch_acks WHERE destination OPERATOR(pg_catalog.=) OLD.name;
-    RETURN OLD;
+    pos := outbox._snapshot_cut(pg_catalog.pg_current_snapshot(),
+                                pg_catalog.pg_current_xact_id());
+    INSERT INTO outbox.streams (destination) VALUES (NEW.name);
+    INSERT INTO outbox.batches (destination, seq, from_snap, to_snap, leased_until, events)
+    VALUES (NEW.name, 0, pos, pos, pg_catalog.now(), 0);
+    INSERT INTO outbox.batch_acks (destination, seq) VALUES (NEW.name, 0);
+    RETURN NEW;
 END
 $$;
 
 REVOKE ALL ON FUNCTION outbox._stream_changed() FROM PUBLIC;
 
 CREATE TRIGGER destinations_stream
-    AFTER INSERT OR DELETE OR UPDATE OF name ON outbox.destinations
+    AFTER INSERT ON outbox.destinations
     FOR EACH ROW EXECUTE FUNCTION outbox._stream_changed();
 
 -- the destinations that exist now start at the update's snapshot
@@ -357,12 +349,13 @@ CREATE TABLE outbox.settled_events (
     id          pg_catalog.uuid PRIMARY KEY,
     settled     pg_catalog.text NOT NULL
                 CONSTRAINT settled_events_settled_check
-                CHECK (settled OPERATOR(pg_catalog.=) ANY (ARRAY['routed', 'purged'])),
-    settled_at  pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now()
+                CHECK (settled OPERATOR(pg_catalog.=) ANY (ARRAY['routed', 'delivered', 'purged'])),
+    settled_at  pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    attempts    pg_catalog.int4
 );
 
 COMMENT ON TABLE outbox.settled_events IS
-    'Log events routed later (copied to outbox.retries) or purged as dead letters; kept until their log slot is truncated.';
+    'Log events routed later (copied to outbox.retries), delivered from outbox.retries (with their attempts) or purged as dead letters; kept until their log slot is truncated.';
 
 -- The compatibility view: every event the store knows, one row per id,
 -- with the columns and types of the 0.3 table.  For reading (and for
@@ -381,6 +374,9 @@ COMMENT ON TABLE outbox.settled_events IS
 --                                          batch's acknowledgement time
 --                                          while the batch row exists
 --                                          (NULL once trimmed)
+--   log or events_0_3, delivered from   -> 'published' with the copy's
+--     a copy in retries (settled           attempts, published_at the
+--     'delivered')                         copy's acknowledgement
 --   events_0_3 (0.3's rows)             -> as stored (unless purged)
 -- A copy in retries or dead_events hides its log row; a log row hides an
 -- events_0_3 row of the same id.  next_attempt_at of a log row is
@@ -403,9 +399,11 @@ SELECT l.id, l.type, l.aggregate_type, l.aggregate_id, l.payload, l.headers, l.t
        l.destination,
        CASE WHEN s.settled IS NOT NULL OR (c.claimed AND c.acked IS NOT FALSE)
             THEN 'published' ELSE 'pending' END,
-       CASE WHEN s.settled IS NOT NULL OR c.claimed THEN 1 ELSE 0 END,
+       CASE WHEN s.settled OPERATOR(pg_catalog.=) 'delivered' THEN s.attempts
+            WHEN s.settled IS NOT NULL OR c.claimed THEN 1 ELSE 0 END,
        COALESCE(l.not_before, l.created_at), l.created_at,
-       CASE WHEN c.claimed AND c.acked IS NOT FALSE THEN c.acked_at END,
+       CASE WHEN s.settled OPERATOR(pg_catalog.=) 'delivered' THEN s.settled_at
+            WHEN c.claimed AND c.acked IS NOT FALSE THEN c.acked_at END,
        NULL, NULL,
        CASE WHEN c.acked IS FALSE THEN c.leased_until END,
        l.ordering_key
@@ -435,10 +433,15 @@ SELECT l.id, l.type, l.aggregate_type, l.aggregate_id, l.payload, l.headers, l.t
    AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id OPERATOR(pg_catalog.=) l.id)
 UNION ALL
 SELECT o.id, o.type, o.aggregate_type, o.aggregate_id, o.payload, o.headers, o.traceparent,
-       o.destination, o.status, o.attempts, o.next_attempt_at, o.created_at, o.published_at,
+       o.destination, o.status, COALESCE(s.attempts, o.attempts), o.next_attempt_at,
+       o.created_at, COALESCE(s.settled_at, o.published_at),
        o.last_status, o.last_error, o.leased_until, o.ordering_key
   FROM outbox.events_0_3 AS o
- WHERE NOT EXISTS (SELECT 1 FROM outbox.settled_events AS s WHERE s.id OPERATOR(pg_catalog.=) o.id)
+  LEFT JOIN outbox.settled_events AS s
+    ON s.id OPERATOR(pg_catalog.=) o.id AND s.settled OPERATOR(pg_catalog.=) 'delivered'
+ WHERE NOT EXISTS (SELECT 1 FROM outbox.settled_events AS p
+                    WHERE p.id OPERATOR(pg_catalog.=) o.id
+                      AND p.settled OPERATOR(pg_catalog.<>) 'delivered')
    AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id OPERATOR(pg_catalog.=) o.id)
    AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x WHERE x.id OPERATOR(pg_catalog.=) o.id)
    AND NOT EXISTS (SELECT 1 FROM outbox.log AS x WHERE x.id OPERATOR(pg_catalog.=) o.id);

@@ -776,7 +776,9 @@ OutboxStoreClaimRecover(Interval *lease, const char *destination, int64 low_seq)
  * safety net under the emitted generations (wake.c): it finds what no
  * commit of emit() announced (retries coming due, COPY, COMMIT PREPARED,
  * a relay that died).  An event of a transaction still running counts: a
- * claim that finds nothing, at most once per poll.
+ * claim that finds nothing, at most once per poll.  Paused destinations
+ * are not looked at (a relay does not claim them; once resumed, the next
+ * sweep finds their work).
  */
 static const char *due_destinations_sql =
 "SELECT d.name FROM outbox.destinations AS d"
@@ -784,10 +786,12 @@ static const char *due_destinations_sql =
 "                    WHERE s.destination OPERATOR(pg_catalog.=) d.name)"
 "UNION ALL "
 "SELECT s.destination FROM outbox.streams AS s"
+" JOIN outbox.destinations AS d ON d.name OPERATOR(pg_catalog.=) s.destination"
 " CROSS JOIN LATERAL (SELECT b.to_snap FROM outbox.batches AS b"
 "                      WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
 "                      ORDER BY b.seq DESC LIMIT 1) AS p"
-" WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_snapshot_xip(p.to_snap) AS q(xid)"
+" WHERE NOT d.paused"
+"   AND (EXISTS (SELECT 1 FROM pg_catalog.pg_snapshot_xip(p.to_snap) AS q(xid)"
 "                WHERE EXISTS (SELECT 1 FROM outbox.log AS l"
 "                               WHERE l.destination OPERATOR(pg_catalog.=) s.destination"
 "                                 AND l.xid OPERATOR(pg_catalog.=) q.xid))"
@@ -804,7 +808,7 @@ static const char *due_destinations_sql =
 "                  AND b.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()"
 "                  AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k"
 "                                   WHERE k.destination OPERATOR(pg_catalog.=) b.destination"
-"                                     AND k.seq OPERATOR(pg_catalog.=) b.seq))";
+"                                     AND k.seq OPERATOR(pg_catalog.=) b.seq)))";
 
 static SPIPlanPtr due_destinations_plan = NULL;
 
@@ -998,10 +1002,20 @@ static const char *retries_lease_sql =
 "           pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) e.created_at),"
 "           e.leased_until";
 
-/* published: the copy goes (not fenced, as the ack of outbox.events) */
+/*
+ * published: the copy goes (not fenced, as the ack of outbox.events), and
+ * its id is settled as delivered with the copy's attempts (what the view
+ * outbox.events shows for it from then on)
+ */
 static const char *retries_ack_sql =
-"DELETE FROM outbox.retries AS e"
-" WHERE e.id OPERATOR(pg_catalog.=) ANY ($1)";
+"WITH d AS (DELETE FROM outbox.retries AS e"
+"            WHERE e.id OPERATOR(pg_catalog.=) ANY ($1)"
+"            RETURNING e.id, e.attempts)"
+"INSERT INTO outbox.settled_events AS s (id, settled, attempts)"
+"SELECT d.id, 'delivered', d.attempts FROM d"
+"    ON CONFLICT (id) DO UPDATE"
+"   SET settled = 'delivered', attempts = excluded.attempts,"
+"       settled_at = pg_catalog.now()";
 
 static const char *retries_retry_sql =
 "UPDATE outbox.retries AS e"
@@ -1065,7 +1079,7 @@ OutboxStoreRetriesAck(Datum ids)
 	Datum		args[1] = {ids};
 
 	return store_execute(WorkerKeepPlan(&retries_ack_plan, retries_ack_sql, 1, types),
-						 args, NULL, SPI_OK_DELETE);
+						 args, NULL, SPI_OK_INSERT);
 }
 
 /*

@@ -73,11 +73,11 @@ SELECT outbox._claim_ack('sf', :sf_batch) AS acked;
 SELECT type, outbox._log_undelivered(id, destination, xid) AS dumped
   FROM outbox.log ORDER BY id;
 
--- a moved copy delivered: the event still shows, published; a moved dead
--- letter purged: gone for good (also after _route_pending() forgets
--- settled ids of truncated slots)
+-- a moved copy delivered: the event still shows, published, with its
+-- attempts and when; a moved dead letter purged: gone for good (also after
+-- _route_pending() forgets settled ids of truncated slots)
 SELECT outbox._retries_ack(ARRAY[sf_id(4)]) AS acked;
-SELECT id, status, published_at FROM outbox.events WHERE id = sf_id(4);
+SELECT id, status, attempts, published_at IS NOT NULL AS has_published_at FROM outbox.events WHERE id = sf_id(4);
 SELECT outbox.purge_dead(all_dead => true) AS purged;
 SELECT outbox._route_pending() >= 0 AS routed;
 SELECT count(*) AS purged_shown FROM outbox.events WHERE id = sf_id(6);

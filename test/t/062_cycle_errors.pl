@@ -22,8 +22,8 @@ log_error_verbosity = verbose
 $node->start;
 my $u = $sink->{url};
 
-# Every lease fails in a trigger; a sequence (not rolled back) counts the
-# failed cycles.
+# Every claim fails in a trigger (a claim records its batch in
+# outbox.batches); a sequence (not rolled back) counts the failed cycles.
 $node->safe_psql('postgres', qq{
 	CREATE EXTENSION outbox_pg;
 	INSERT INTO outbox.destinations (name, url) VALUES ('ok', '$u/ok/cycle');
@@ -35,7 +35,7 @@ $node->safe_psql('postgres', qq{
 			USING ERRCODE = 'XY123', DETAIL = 'The trigger said no.',
 			      HINT = 'Drop the trigger.';
 	END \$\$;
-	CREATE TRIGGER refuse BEFORE UPDATE ON outbox.events
+	CREATE TRIGGER refuse BEFORE INSERT ON outbox.batches
 		FOR EACH ROW EXECUTE FUNCTION refuse();
 });
 my $log_start = -s $node->logfile;
@@ -59,7 +59,7 @@ is($node->safe_psql('postgres', q{
 	SELECT state || ' | ' || last_error FROM outbox.workers() WHERE database = 'postgres'}),
 	'error | lease refused \x1b[31m', 'the slot shows the error');
 
-$node->safe_psql('postgres', 'DROP TRIGGER refuse ON outbox.events');
+$node->safe_psql('postgres', 'DROP TRIGGER refuse ON outbox.batches');
 is($node->safe_psql('postgres', qq{SELECT outbox.wait_published('$id', '10 s')}), 't',
 	'without the trigger the event is delivered');
 
