@@ -1124,9 +1124,14 @@ delivery_pump(RelayDestination *rd)
 
 /*
  * The sweep: mark the destinations with due work (store.c,
- * OutboxStoreDueDestinations), once per poll interval, after the
- * destinations were loaded again, and when a commit woke the relays
- * without naming its destinations (wake.c).
+ * OutboxStoreDueDestinations), after the destinations were loaded again,
+ * when a commit woke the relays without naming its destinations (wake.c),
+ * and, on the database's first relay worker only, once per poll interval.
+ * Its cost grows with the destinations that exist (a few index probes
+ * each), so the other workers leave the periodic one to the first: what
+ * it finds is work no commit announced (COPY, a retry another worker
+ * wrote, a batch of a relay that died), and the first worker claims it.
+ * A worker's own retries coming due are its own to claim (retry_due).
  */
 static void
 delivery_sweep(TimestampTz now)
@@ -1134,7 +1139,9 @@ delivery_sweep(TimestampTz now)
 	uint64		wake = pg_atomic_read_u64(&relay_slot->wake_generation);
 	uint64		n;
 
-	if (now < sweep_at && wake == sweep_wake_generation)
+	if (wake == sweep_wake_generation &&
+		(now < sweep_at ||
+		 (relay_slot->worker_number != 0 && sweep_at != 0)))
 		return;
 	sweep_wake_generation = wake;
 	sweep_at = TimestampTzPlusMilliseconds(now, outbox_poll_interval);
