@@ -7,12 +7,12 @@
 -- insert-only store (issue #21): design A of src/worker/README.store
 ------------------------------------------------------------------------
 
--- The objects of the append-only store, side by side with outbox.events.
--- Nothing writes to them yet except the statements of src/worker/store.c
--- that the SQL wrappers below expose (outbox._claim, _claim_ack,
--- _claim_recover, _snapshot_cut, _retries_*, _rotate_log, _trim_batches); emit(), the relay, the views and the
--- move of outbox.events' rows follow in the order README.store section 6
--- gives (see HANDOVER.store.md).
+-- The objects of the append-only store (design: src/worker/README.store).
+-- emit() appends to the log, the relay claims and acknowledges through the
+-- statements of src/worker/store.c (exposed to tests by the internal
+-- wrappers outbox._claim, _claim_ack, _claim_recover, _snapshot_cut,
+-- _retries_*, _rotate_log, _trim_batches), and outbox.events becomes a
+-- view over the store further below, after the move of its rows.
 --
 -- The log: three slots, emit() inserts into the current one, retention
 -- truncates whole slots (PgQ's rotation).  Plain tables rather than
