@@ -1087,8 +1087,16 @@ delivery_pump(RelayDestination *rd)
 		TimestampTz now = GetCurrentTimestamp();
 		int			ms = ev->loaded->timeout_ms + outbox_lease_margin;
 
+		/*
+		 * Renewed when less than the request's timeout and half the lease
+		 * margin is left: a round that starts soon after the claim does
+		 * not renew (the claim's lease, from its transaction's start, was
+		 * always a little short of a full one from now: every event of
+		 * every batch renewed it, an UPDATE per event).
+		 */
 		if (ev->batch != NULL &&
-			TimestampTzPlusMilliseconds(now, ms) > ev->batch->lease_end)
+			TimestampTzPlusMilliseconds(now, ev->loaded->timeout_ms +
+										outbox_lease_margin / 2) > ev->batch->lease_end)
 		{
 			Interval   *lease = palloc0(sizeof(Interval));
 

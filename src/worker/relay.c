@@ -209,11 +209,11 @@ relay_start(int slot_index)
 	 */
 	SetConfigOption("default_transaction_isolation", "read committed",
 					PGC_SUSET, PGC_S_OVERRIDE);
-	/* plan every lease with its real LIMIT and array sizes (see store.c) */
-	SetConfigOption("plan_cache_mode", "force_custom_plan", PGC_USERSET, PGC_S_OVERRIDE);
+	/* the plan cache chooses, whatever the server says (WorkerKeepPlan) */
+	SetConfigOption("plan_cache_mode", "auto", PGC_USERSET, PGC_S_OVERRIDE);
 
 	/*
-	 * No JIT: every statement of the relay is short and planned afresh, and
+	 * No JIT: every statement of the relay is short, and
 	 * the log's slots are not analyzed (autovacuum is off on them), so their
 	 * estimates follow their size on disk.  With a slot of some 100,000
 	 * rows those estimates passed jit_above_cost and every claim, sweep and

@@ -23,8 +23,9 @@
  *	  leased since.  The ack of a copy (delete) is not fenced: the
  *	  destination acknowledged the message, whoever leased it.
  *	- Every name is schema-qualified, operators included.
- *	- The relay runs with plan_cache_mode = force_custom_plan, so the
- *	  planner always sees the real LIMIT and array sizes.
+ *	- The plan cache decides between custom plans (the real LIMIT and
+ *	  array sizes) and a generic one, statement by statement
+ *	  (WorkerKeepPlan).
  *
  * Copyright (c) 2026, outbox_pg developers
  *
