@@ -213,9 +213,9 @@ relay_start(int slot_index)
 	SetConfigOption("plan_cache_mode", "auto", PGC_USERSET, PGC_S_OVERRIDE);
 
 	/*
-	 * No JIT: every statement of the relay is short, and
-	 * the log's slots are not analyzed (autovacuum is off on them), so their
-	 * estimates follow their size on disk.  With a slot of some 100,000
+	 * No JIT: every statement of the relay is short, and the log's slots
+	 * are not analyzed (autovacuum is off on them), so their estimates
+	 * follow their size on disk.  With a slot of some 100,000
 	 * rows those estimates passed jit_above_cost and every claim, sweep and
 	 * trim spent seconds compiling: delivery fell from 2,000 to under 100
 	 * events/s (test/bench/snapshot).

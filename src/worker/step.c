@@ -193,14 +193,13 @@ WorkerRunInSubtransaction(void (*fn) (void *arg), void *arg,
  * Prepare sql into *plan once per process and keep it.  The caller is
  * connected to SPI.  The plan cache chooses between custom and generic
  * plans as it does for any prepared statement (the relay sets
- * plan_cache_mode = auto):
- * the statements whose generic plan would cost more keep being planned
- * with their real LIMIT, array sizes and snapshots, the others are
- * planned once.  Until 0.4.0 the relay forced custom plans for every
- * statement, including the functions it calls and the foreign-key checks
- * they fire: planning took 56 % of its CPU at 1,000 events/s (perf), and
- * 2,000 events/s cost 585 us of relay CPU per event instead of about 200
- * (test/bench/snapshot).
+ * plan_cache_mode = auto): a statement whose generic plan would cost more
+ * keeps being planned with its real LIMIT, array sizes and snapshots, the
+ * others are planned once.  Until 0.4.0 the relay forced custom plans for
+ * every statement, including the functions it calls and the foreign-key
+ * checks they fire: planning took 56 % of its CPU at 1,000 events/s
+ * (perf), and 2,000 events/s cost 585 us of relay CPU per event instead
+ * of about 220 (test/bench/snapshot).
  */
 SPIPlanPtr
 WorkerKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes)
