@@ -104,6 +104,13 @@ CREATE TABLE outbox.batches (
     PRIMARY KEY (destination, seq)
 );
 
+-- The batch that claimed an event, found from the event's xid (positions
+-- only move forward, so the ends are ordered as the batches are): for
+-- outbox.events, which would otherwise walk all of a destination's
+-- batches for each of its events.
+CREATE INDEX batches_end_idx
+    ON outbox.batches (destination, pg_catalog.pg_snapshot_xmax(to_snap), seq);
+
 -- A batch is done when its row here exists (inserted once, never updated).
 CREATE TABLE outbox.batch_acks (
     destination pg_catalog.text NOT NULL
@@ -422,12 +429,19 @@ SELECT l.id, l.type, l.aggregate_type, l.aggregate_id, l.payload, l.headers, l.t
                     ON a.destination OPERATOR(pg_catalog.=) t.destination
                    AND a.seq OPERATOR(pg_catalog.=) t.seq
                  WHERE p.claimed
+                   -- not in a trimmed batch: the oldest batch kept does not see it
+                   AND NOT pg_catalog.pg_visible_in_snapshot(l.xid,
+                           (SELECT o.from_snap FROM outbox.batches AS o
+                             WHERE o.destination OPERATOR(pg_catalog.=) l.destination
+                             ORDER BY o.seq LIMIT 1))
                    AND t.destination OPERATOR(pg_catalog.=) l.destination
-                   AND l.xid OPERATOR(pg_catalog.<) pg_catalog.pg_snapshot_xmax(t.to_snap)
+                   AND pg_catalog.pg_snapshot_xmax(t.to_snap) OPERATOR(pg_catalog.>) l.xid
                    AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin(t.from_snap)
                    AND pg_catalog.pg_visible_in_snapshot(l.xid, t.to_snap)
                    AND NOT pg_catalog.pg_visible_in_snapshot(l.xid, t.from_snap)
-                 ORDER BY t.seq DESC LIMIT 1) AS b ON true) AS c ON true
+                 -- the first batch whose end is past the xid, and on
+                 -- (batches_end_idx): the one that claimed it is a few on
+                 ORDER BY pg_catalog.pg_snapshot_xmax(t.to_snap), t.seq LIMIT 1) AS b ON true) AS c ON true
  WHERE (s.settled IS NULL OR s.settled OPERATOR(pg_catalog.<>) 'purged')
    AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x WHERE x.id OPERATOR(pg_catalog.=) l.id)
    AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id OPERATOR(pg_catalog.=) l.id)
@@ -605,26 +619,36 @@ SELECT b.destination,
         HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0
         UNION ALL
         -- claimed, not acknowledged: the batch's log rows (its deferred
-        -- and held events are counted as the retries rows they became)
-        SELECT t.destination, pg_catalog.count(l.id),
-               pg_catalog.count(l.id) FILTER (WHERE t.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()),
-               pg_catalog.min(l.created_at),
-               pg_catalog.min(l.created_at) FILTER (
-                   WHERE t.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()),
-               0, NULL
-          FROM outbox.batches AS t
-          JOIN outbox.log AS l
-            ON l.destination OPERATOR(pg_catalog.=) t.destination
-           AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin(t.from_snap)
-           AND l.xid OPERATOR(pg_catalog.<) pg_catalog.pg_snapshot_xmax(t.to_snap)
-           AND pg_catalog.pg_visible_in_snapshot(l.xid, t.to_snap)
-           AND NOT pg_catalog.pg_visible_in_snapshot(l.xid, t.from_snap)
-         WHERE NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS a
-                            WHERE a.destination OPERATOR(pg_catalog.=) t.destination
-                              AND a.seq OPERATOR(pg_catalog.=) t.seq)
-           AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x WHERE x.id OPERATOR(pg_catalog.=) l.id)
-           AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x WHERE x.id OPERATOR(pg_catalog.=) l.id)
-         GROUP BY t.destination
+        -- and held events are counted as the retries rows they became).
+        -- The unacknowledged batches first (OFFSET 0 keeps them apart),
+        -- then each one's range of the log by the (destination, xid)
+        -- index: a join of all batches with all log rows of their
+        -- destination took half a minute under load.
+        SELECT t.destination, u.pending, u.claimable, u.oldest_pending_at,
+               u.oldest_claimable_at, 0, NULL
+          FROM (SELECT t.destination, t.from_snap, t.to_snap, t.leased_until
+                  FROM outbox.batches AS t
+                 WHERE NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS a
+                                    WHERE a.destination OPERATOR(pg_catalog.=) t.destination
+                                      AND a.seq OPERATOR(pg_catalog.=) t.seq)
+                OFFSET 0) AS t
+          CROSS JOIN LATERAL (
+                SELECT pg_catalog.count(l.id) AS pending,
+                       pg_catalog.count(l.id) FILTER (
+                           WHERE t.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()) AS claimable,
+                       pg_catalog.min(l.created_at) AS oldest_pending_at,
+                       pg_catalog.min(l.created_at) FILTER (
+                           WHERE t.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_claimable_at
+                  FROM outbox.log AS l
+                 WHERE l.destination OPERATOR(pg_catalog.=) t.destination
+                   AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin(t.from_snap)
+                   AND l.xid OPERATOR(pg_catalog.<) pg_catalog.pg_snapshot_xmax(t.to_snap)
+                   AND pg_catalog.pg_visible_in_snapshot(l.xid, t.to_snap)
+                   AND NOT pg_catalog.pg_visible_in_snapshot(l.xid, t.from_snap)
+                   AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x WHERE x.id OPERATOR(pg_catalog.=) l.id)
+                   AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x
+                                    WHERE x.id OPERATOR(pg_catalog.=) l.id)) AS u
+         WHERE u.pending OPERATOR(pg_catalog.>) 0
         UNION ALL
         -- failed, deferred, held, redriven, routed later
         SELECT r.destination, pg_catalog.count(*),

@@ -167,6 +167,8 @@ sub hold
 	my $xmin = $node->safe_psql('postgres', "SELECT backend_xmin FROM pg_stat_activity WHERE pid = $pid");
 	isnt($xmin, '', "$name: the held transaction has a snapshot");
 	my @s = watch(time + $secs);
+	# a slow monitoring query would leave the hold unobserved
+	cmp_ok(scalar(@s), '>=', $secs / 2, "$name: metrics() and health() answered at least every 2 s");
 	ok(holds_horizon($pid, $xmin), "$name: its snapshot was held for the whole $secs s");
 	my ($max_age, $pending) = summary($name, @s);
 	ok($max_age < $MAX_AGE, "$name: oldest pending age stayed under $MAX_AGE s (max $max_age s)");
@@ -177,6 +179,7 @@ sub hold
 }
 
 summary('before', watch($t_start + $LEAD));
+cmp_ok(time - $t_start, '<', $LEAD + 5, 'the first hold starts on time, under load');
 
 hold('report snapshot', $SECS, 'SELECT n FROM report');
 
