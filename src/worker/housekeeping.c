@@ -67,7 +67,6 @@ static TimestampTz last_route = 0;
 static TimestampTz last_rotate = 0;
 static TimestampTz last_trim = 0;
 
-static SPIPlanPtr backlog_plan = NULL;
 static TimestampTz backlog_checked_at = 0;
 static long backlog_interval_ms = BACKLOG_CHECK_MS;
 static TimestampTz backlog_warned_at = 0;
@@ -189,16 +188,15 @@ housekeeping_check_backlog(const char *database_name)
 	{
 		bool		isnull;
 
-		WorkerKeepPlan(&backlog_plan,
-					   "SELECT coalesce(b.destination, '(unrouted)'),"
-					   "       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-)"
-					   "                                     b.oldest_pending_at),"
-					   "       b.pending"
-					   "  FROM outbox._destination_backlog AS b"
-					   " WHERE b.oldest_pending_at IS NOT NULL"
-					   " ORDER BY 2 DESC LIMIT 1",
-					   0, NULL);
-		if (SPI_execute_plan(backlog_plan, NULL, NULL, true, 1) != SPI_OK_SELECT)
+		/* planned afresh: the backlog's size decides its plan */
+		if (SPI_execute("SELECT coalesce(b.destination, '(unrouted)'),"
+						"       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-)"
+						"                                     b.oldest_pending_at),"
+						"       b.pending"
+						"  FROM outbox._destination_backlog AS b"
+						" WHERE b.oldest_pending_at IS NOT NULL"
+						" ORDER BY 2 DESC LIMIT 1",
+						true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not measure the outbox backlog");
 		if (SPI_processed > 0)
 		{
