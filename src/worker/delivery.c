@@ -96,6 +96,7 @@
 #define UNUSABLE_LOG_INTERVAL_MS	60000
 #define CONFIG_RELOAD_MIN_MS	10000	/* the safety net's floor (see above) */
 #define CONFIG_RELOAD_FACTOR	100 /* ... and its cost's ceiling: 1 % */
+#define CLAIM_GATHER_MS			2	/* see DeliveryLease() */
 
 /* Per-destination state that outlives a cycle; hash entry keyed by name. */
 typedef struct RelayDestination
@@ -112,6 +113,7 @@ typedef struct RelayDestination
 	bool		busy;			/* its last claim was full: claim again */
 	bool		due;			/* the sweep found due work */
 	TimestampTz retry_due;		/* the earliest retry this relay wrote; 0: none */
+	TimestampTz claimed_at;		/* its last claim of new events */
 
 	DestStats  *stats;			/* ops: statistics and the circuit (deststats.c) */
 
@@ -769,8 +771,8 @@ relay_capacity(RelayDestination *rd, TimestampTz now, bool *probe)
 			*probe = true;
 			return 1;
 		case CIRCUIT_WAIT:
-			if (relay_circuit_recheck_at == 0 || recheck_at < relay_circuit_recheck_at)
-				relay_circuit_recheck_at = recheck_at;
+			if (relay_lease_again_at == 0 || recheck_at < relay_lease_again_at)
+				relay_lease_again_at = recheck_at;
 			return 0;
 	}
 	return free_slots;
@@ -1229,6 +1231,27 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 			delivery_pump_into(rd, leased);
 			continue;
 		}
+
+		/*
+		 * New events only, and a claim of this destination ended less than
+		 * CLAIM_GATHER_MS ago: claimed when that time is up, with the
+		 * events committed meanwhile.  At 1,000 commits of one event a
+		 * second, two workers made 0.85 claims per event and spent
+		 * 0.67-0.87 ms of CPU per event; with 2 ms, 0.45 claims and
+		 * 0.53-0.63 ms (5 ms: 0.24 and 0.44-0.51 ms, for more latency).
+		 * An event after a quiet spell is claimed at once.
+		 */
+		if (!rd->busy && !rd->due && !retry_due && rd->claimed_at != 0 &&
+			now < TimestampTzPlusMilliseconds(rd->claimed_at, CLAIM_GATHER_MS))
+		{
+			TimestampTz at = TimestampTzPlusMilliseconds(rd->claimed_at,
+														 CLAIM_GATHER_MS);
+
+			if (relay_lease_again_at == 0 || at < relay_lease_again_at)
+				relay_lease_again_at = at;
+			delivery_pump_into(rd, leased);
+			continue;
+		}
 		want = relay_capacity(rd, now, &probe);
 		if (want <= 0)
 		{
@@ -1250,6 +1273,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 			if (m > 0)
 				delivery_queue_rows(d, rd, probe && n == 0,
 									delivery_new_batch(rd, m), m);
+			rd->claimed_at = GetCurrentTimestamp();
 		}
 		if (probe && n == 0 && m == 0)
 			OutboxCircuitReleaseProbe(rd->stats);	/* nothing to probe with */

@@ -13,10 +13,12 @@
  * the relay loop calls both in turn.
  *
  * The wake-up is shared with the outbox (emit() and receive() set the same
- * latch), so a busy outbox would make the inbox look for work at every
- * commit.  After a lease that found nothing, the next look waits until
- * INBOX_IDLE_RECHECK_MS have passed: at most 50 empty leases a second,
- * for at most that much added latency after an idle spell.
+ * latch), but emit()'s commits name their destinations and receive()'s do
+ * not (wake.c): the relay calls the inbox for the latter, at every poll
+ * and while a batch came back full (relay.c).  After a lease that found
+ * nothing, the next look waits until INBOX_IDLE_RECHECK_MS have passed: at
+ * most 50 empty leases a second under a stream of receive() commits, for
+ * at most that much added latency after an idle spell.
  *
  * Protocol for one batch (at-least-once into the handler, exactly-once in
  * effect because the handler's writes and the processed mark commit

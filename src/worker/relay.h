@@ -26,7 +26,7 @@ extern RelaySlot *relay_slot;
 extern HttpClient *relay_http;
 extern MemoryContext relay_cycle_context;	/* reset every loop */
 extern char *relay_database_name;
-extern TimestampTz relay_circuit_recheck_at;
+extern TimestampTz relay_lease_again_at;
 extern bool relay_outdated;	/* the extension needs an UPDATE */
 
 /* this relay's slot number, for its cells in deststats.c */

@@ -29,8 +29,11 @@ HttpClient *relay_http = NULL;
 MemoryContext relay_cycle_context = NULL;
 char	   *relay_database_name = NULL;
 
-/* lease again then: a circuit's pause ends or another relay's probe expires */
-TimestampTz relay_circuit_recheck_at = 0;
+/*
+ * lease again then: a circuit's pause ends, another relay's probe expires
+ * or a destination's claim waits for more events (delivery.c)
+ */
+TimestampTz relay_lease_again_at = 0;
 
 bool		relay_outdated = false; /* the extension needs an UPDATE */
 

@@ -65,6 +65,11 @@ static bool step_lock_tables_nowait(const char *schema,
 
 /* the same cycle error again within this time is logged at DEBUG1 */
 #define CYCLE_ERROR_QUIET_MS	60000
+#define PLAN_REFRESH_MS			60000
+
+/* WorkerKeepPlan()'s plans (addresses of their static pointers) */
+static List *kept_plans = NIL;
+static TimestampTz plans_made_at = 0;
 
 /* a step is open: WorkerStepCommit() has something to commit */
 static bool step_open = false;
@@ -190,16 +195,15 @@ WorkerRunInSubtransaction(void (*fn) (void *arg), void *arg,
 }
 
 /*
- * Prepare sql into *plan once per process and keep it.  The caller is
- * connected to SPI.  The plan cache chooses between custom and generic
- * plans as it does for any prepared statement (the relay sets
- * plan_cache_mode = auto): a statement whose generic plan would cost more
- * keeps being planned with its real LIMIT, array sizes and snapshots, the
- * others are planned once.  Until 0.4.0 the relay forced custom plans for
- * every statement, including the functions it calls and the foreign-key
- * checks they fire: planning took 56 % of its CPU at 1,000 events/s
- * (perf), and 2,000 events/s cost 585 us of relay CPU per event instead
- * of about 220 (test/bench/snapshot).
+ * Prepare sql into *plan and keep it (until WorkerRefreshPlans()).  The
+ * caller is connected to SPI.  The relay runs with plan_cache_mode =
+ * force_generic_plan: each statement is planned once per refresh, for
+ * the tables' sizes at that time.  Until 0.4.0 the relay forced custom
+ * plans for every statement, including the functions it calls and the
+ * foreign-key checks they fire: planning took 56 % of its CPU at 1,000
+ * events/s (perf).  With auto, the claim's statements (a snapshot's xip
+ * array as a parameter) kept being planned afresh: 32 % of relay CPU in
+ * the planner at 1,000 single-event commits/s, against 5 % now.
  */
 SPIPlanPtr
 WorkerKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes)
@@ -214,8 +218,46 @@ WorkerKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes)
 		if (SPI_keepplan(p) != 0)
 			elog(ERROR, "could not keep outbox statement");
 		*plan = p;
+		if (!list_member_ptr(kept_plans, plan))
+		{
+			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+			kept_plans = lappend(kept_plans, plan);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	return *plan;
+}
+
+/*
+ * Drop every kept plan once they are PLAN_REFRESH_MS old; each statement
+ * is prepared again at its next use.  A plan is made for the tables as
+ * they are when it is made (the log's slots are never analyzed: their
+ * estimates follow their size on disk), and only an invalidation of a
+ * table it reads would make it again: this bounds how long a plan made
+ * for an empty table is used on a large one.  Called between cycles,
+ * when no kept plan is running.
+ */
+void
+WorkerRefreshPlans(TimestampTz now)
+{
+	ListCell   *lc;
+
+	if (plans_made_at == 0)
+		plans_made_at = now;
+	if (!TimestampDifferenceExceeds(plans_made_at, now, PLAN_REFRESH_MS))
+		return;
+	plans_made_at = now;
+	foreach(lc, kept_plans)
+	{
+		SPIPlanPtr *plan = lfirst(lc);
+
+		if (*plan != NULL)
+		{
+			SPI_freeplan(*plan);
+			*plan = NULL;
+		}
+	}
 }
 
 /*

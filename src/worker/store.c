@@ -47,6 +47,8 @@
 #include "nodes/makefuncs.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
 #include "utils/xid8.h"
 
 #include "outbox_pg.h"
@@ -452,6 +454,45 @@ static const char *stream_create_sql =
 
 static SPIPlanPtr stream_create_plan = NULL;
 
+/*
+ * The destinations whose stream this process locked lately: a lock missed
+ * on one of them is another worker's claim, and the stream is not made
+ * again (two workers on one busy destination missed about half of their
+ * locks, and each miss ran stream_create_sql).  Looked at again after
+ * STREAM_KNOWN_MS, so a stream deleted behind the triggers' back is made
+ * again within that time.
+ */
+#define STREAM_KNOWN_MS		10000
+
+typedef struct KnownStream
+{
+	char		name[NAMEDATALEN];	/* destination names have at most 63 */
+	TimestampTz locked_at;
+} KnownStream;
+
+static HTAB *known_streams = NULL;
+
+static KnownStream *
+store_known_stream(const char *destination)
+{
+	bool		found;
+	KnownStream *k;
+
+	if (known_streams == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = NAMEDATALEN;
+		ctl.entrysize = sizeof(KnownStream);
+		known_streams = hash_create("outbox_pg streams", 16, &ctl,
+									HASH_ELEM | HASH_STRINGS);
+	}
+	k = hash_search(known_streams, destination, HASH_ENTER, &found);
+	if (!found)
+		k->locked_at = 0;
+	return k;
+}
+
 /* whether the last store_claim() made a batch */
 static bool store_last_claimed = false;
 
@@ -622,6 +663,7 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 	char	   *prev_text;
 	StoreSnapshot prev;
 	StoreSnapshot cur;
+	KnownStream *known;
 
 	Assert(batch_size > 0);
 	store_last_claimed = false;
@@ -635,6 +677,7 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
 				 errmsg("an outbox claim must run at isolation level READ COMMITTED")));
 	args[0] = CStringGetTextDatum(destination);
+	known = store_known_stream(destination);
 	if (store_execute(WorkerKeepPlan(&claim_lock_plan, claim_lock_sql, 1, lock_types),
 					  args, NULL, SPI_OK_SELECT) == 0)
 	{
@@ -644,6 +687,10 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 		 * replica, as logical replication applies rows), so it never got
 		 * one.  Make it then, positioned before every event, and lock it.
 		 */
+		if (known->locked_at != 0 &&
+			!TimestampDifferenceExceeds(known->locked_at, GetCurrentTimestamp(),
+										STREAM_KNOWN_MS))
+			return 0;
 		if (store_execute(WorkerKeepPlan(&stream_create_plan, stream_create_sql, 1,
 										 lock_types),
 						  args, NULL, SPI_OK_SELECT) == 0 ||
@@ -652,6 +699,7 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 						  args, NULL, SPI_OK_SELECT) == 0)
 			return 0;
 	}
+	known->locked_at = GetCurrentTimestamp();
 	if (serial &&
 		store_execute(WorkerKeepPlan(&claim_serial_plan, claim_serial_sql, 1, lock_types),
 					  args, NULL, SPI_OK_SELECT) > 0)

@@ -78,6 +78,7 @@ extern bool WorkerRunInSubtransaction(void (*fn) (void *arg), void *arg,
 									  ErrorData **error);
 extern SPIPlanPtr WorkerKeepPlan(SPIPlanPtr *plan, const char *sql,
 								 int nargs, Oid *argtypes);
+extern void WorkerRefreshPlans(TimestampTz now);
 extern void WorkerReportCycleError(WorkerErrorThrottle *throttle,
 								   RelaySlot *slot, const char *hint,
 								   const char *context_fmt,...) pg_attribute_printf(4, 5);
