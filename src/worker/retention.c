@@ -136,17 +136,13 @@ static const char *rotation_switch_sql =
 #define ROTATION_MAX_SPILLS		10
 
 /*
- * The rotation's and the trim's statements are planned each time they run
- * (once a second at most), not kept, so that their plans follow the
- * tables' sizes.
- */
-
-/*
  * Rotate the log if the current slot is older than every and (a) to (c)
  * hold.  Returns what happened, for the caller's log and the tests:
  * "rotated", "wait" (not due), "busy" (another rotation holds the row),
  * "writer" (b), "unacknowledged: <destination>" (a), "locked" (c).  The
- * caller is connected to SPI, in a READ COMMITTED transaction.
+ * caller is connected to SPI, in a READ COMMITTED transaction.  Its
+ * statements, like the trim's, are planned each time they run (once a
+ * second at most), not kept: their plans follow the tables' sizes.
  */
 char *
 OutboxRotateLog(Interval *every)
@@ -272,7 +268,6 @@ static const char *trim_batches_sql =
 "               WHERE k.destination OPERATOR(pg_catalog.=) low.destination"
 "                 AND k.seq OPERATOR(pg_catalog.<) low.seq)"
 "SELECT pg_catalog.count(*) FROM gone";
-
 
 /* Delete the batches no one reads any more; returns how many. */
 int64
