@@ -239,7 +239,7 @@ AwsGroupId(const AwsTarget *t, const OutboxMessage *msg)
 
 /*
  * The configuration of an SNS (service "sns") or SQS ("sqs") destination,
- * with the defaults the README documents.
+ * with the defaults docs/destinations.md documents.
  */
 AwsTarget *
 AwsLoadTarget(const DestinationConfig *config, const char *service)

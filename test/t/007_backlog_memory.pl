@@ -48,7 +48,7 @@ for (my $done = 0; $done < $N; $done += $CHUNK)
 {
 	# in transactions of 1,000 events: since 0.4.0 a claim takes whole
 	# transactions, so one transaction's events are in the relay at once
-	# (README, "Known limits"); 50,000 in one made it peak at 250 MB
+	# (docs/relay.md, "Known limits"); 50,000 in one made it peak at 250 MB
 	$node->safe_psql('postgres', qq{
 		DO \$\$
 		BEGIN

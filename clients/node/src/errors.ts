@@ -97,7 +97,7 @@ const HINTS: Readonly<Record<string, string>> = {
 	'22P02': 'If a JavaScript array was passed as the parameter of a jsonb argument, node-postgres sent it as a PostgreSQL array literal: pass JSON.stringify(value) and cast it to jsonb (emit() of @outbox-pg/client does).',
 	'3F000': 'Is outbox_pg installed in this database? CREATE EXTENSION outbox_pg; (as a superuser).',
 	'42883': 'Is outbox_pg installed in this database, at a version that has this function? See ALTER EXTENSION outbox_pg UPDATE.',
-	'42501': 'Grant the role EXECUTE on the function (see "Roles" in the outbox_pg README).',
+	'42501': 'Grant the role EXECUTE on the function (see "Roles" in outbox_pg: docs/security.md).',
 };
 
 /** The error class for a SQLSTATE. */

@@ -96,7 +96,7 @@ test('waitPublished() errors: unknown id, bad id, snapshot isolation, no grant',
 		c.release();
 	}
 
-	/* an application role granted emit() only, as "Roles" in the README */
+	/* an application role granted emit() only, as "Roles" in docs/security.md */
 	const role = unique('app').replace(/-/g, '_');
 	await pool.query(`CREATE ROLE ${role} LOGIN`);
 	await pool.query(`GRANT USAGE ON SCHEMA outbox, inbox TO ${role}`);
