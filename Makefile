@@ -20,7 +20,7 @@ EXTENSION = outbox_pg
 DATA = $(wildcard sql/outbox_pg--*.sql)
 PGFILEDESC = "outbox_pg - transactional outbox with an in-server relay"
 
-SHLIB_LINK += $(shell curl-config --libs)
+SHLIB_LINK += $(shell curl-config --libs) -lrdkafka
 PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 

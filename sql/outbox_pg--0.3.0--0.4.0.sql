@@ -1688,3 +1688,19 @@ GRANT EXECUTE ON FUNCTION
     inbox.purge(pg_catalog.text)
     TO outbox_admin;
 -- end of predefined roles (issue #18)
+
+------------------------------------------------------------------------
+-- kind kafka (issue #16)
+------------------------------------------------------------------------
+
+-- A Kafka destination's url lists its bootstrap servers,
+-- kafka://host:port[,host:port...]; the kind checks the rest (HTTP kinds
+-- refuse any scheme but http and https, src/destination/validate.c).
+ALTER TABLE outbox.destinations DROP CONSTRAINT destinations_url_check;
+ALTER TABLE outbox.destinations ADD CONSTRAINT destinations_url_check
+    CHECK (url OPERATOR(pg_catalog.~*) '^(https?|kafka)://[^[:space:][:cntrl:]]+$');
+COMMENT ON CONSTRAINT destinations_url_check ON outbox.destinations IS
+    'The url is an http://, https:// or (kind kafka) kafka:// URL without spaces or control characters.';
+COMMENT ON COLUMN outbox.destinations.kind IS
+    'webhook, sns, sqs, rabbitmq or kafka: the kinds the library registers; a destination is checked against its kind when written.';
+-- end of kind kafka (issue #16)

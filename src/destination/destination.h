@@ -150,6 +150,7 @@ typedef struct DestinationConfig
 	List	   *signing_secrets;	/* destinations.signing_secrets, as text */
 	const char *bearer_token;	/* NULL if none */
 	const char *database;		/* the relay's database (default ce-source) */
+	int			timeout_ms;		/* destinations.timeout_ms */
 } DestinationConfig;
 
 /* One per-event header (outbox.events.headers). */

@@ -68,6 +68,13 @@
 
 #define HTTP_MAX_READY	256
 
+/*
+ * Descriptors watched for another client (HttpClientWatch) carry this bit
+ * above the descriptor in their epoll data; curl's carry the bare
+ * descriptor (data.fd, the rest zero).
+ */
+#define HTTP_FOREIGN_TAG	(UINT64CONST(1) << 32)
+
 struct HttpClient
 {
 	CURLM	   *multi;
@@ -538,6 +545,10 @@ HttpClientWait(HttpClient *client, long timeout_ms, bool *latch_set)
 	{
 		int			flags = 0;
 
+		/* another client's descriptor: its readiness only ends the wait */
+		if (ready[i].data.u64 & HTTP_FOREIGN_TAG)
+			continue;
+
 		if (ready[i].events & EPOLLIN)
 			flags |= CURL_CSELECT_IN;
 		if (ready[i].events & EPOLLOUT)
@@ -556,6 +567,30 @@ HttpClientWait(HttpClient *client, long timeout_ms, bool *latch_set)
 	done = client->done_head;
 	client->done_head = client->done_tail = NULL;
 	return done;
+}
+
+/*
+ * Have the next waits end when fd (a native broker client's wake-up
+ * descriptor, destination.h) is ready too: it joins the epoll set that is
+ * in the WaitEventSet with the latch.  Called before every wait for each
+ * descriptor wanted (already there is fine); a descriptor leaves the set
+ * when it is closed, so one that is no longer wanted must be closed, not
+ * left open and ready.  false, with errno, if epoll refused it.
+ */
+bool
+HttpClientWatch(HttpClient *client, pgsocket fd, uint32 events)
+{
+	struct epoll_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.data.u64 = HTTP_FOREIGN_TAG | (uint64) (uint32) fd;
+	if (events & WL_SOCKET_READABLE)
+		ev.events |= EPOLLIN;
+	if (events & WL_SOCKET_WRITEABLE)
+		ev.events |= EPOLLOUT;
+	if (epoll_ctl(client->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST)
+		return true;
+	return false;
 }
 
 static void

@@ -85,5 +85,6 @@ extern HttpRequest *HttpClientWait(HttpClient *client, long timeout_ms,
 extern int	HttpClientRunning(HttpClient *client);
 extern void HttpRequestAddHeader(HttpRequest *req, const char *line);
 extern void HttpClientSkip(HttpClient *client, HttpRequest *req);
+extern bool HttpClientWatch(HttpClient *client, pgsocket fd, uint32 events);
 
 #endif							/* OUTBOX_HTTP_H */

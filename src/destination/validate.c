@@ -8,7 +8,8 @@
  * the relay's loader both call DestinationValidate().  It checks, in this
  * order, and raises ERRCODE_INVALID_PARAMETER_VALUE at the first mistake:
  *
- *	1. the kind exists (GetDestinationRoutine lists the kinds);
+ *	1. the kind exists (GetDestinationRoutine lists the kinds), and the
+ *	   url of an HTTP kind is http or https (the table allows kafka://);
  *	2. every key of options is the kind's own or common to all kinds, the
  *	   way PostgreSQL's option validators do it: a misspelt key gets a
  *	   "Perhaps you meant" hint, any other unknown key the list of keys;
@@ -247,6 +248,14 @@ DestinationValidate(const DestinationDefinition *def)
 {
 	const DestinationRoutine *routine = GetDestinationRoutine(def->kind);
 
+	/* the table allows kafka:// too (the kind's own check) */
+	if (routine->build_request != NULL &&
+		!DestinationMatches(def->url, "^https?://", true))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the url of destination \"%s\" must be an http:// or https:// URL",
+						def->name),
+				 errdetail("Destinations of kind %s are sent over HTTP.", def->kind)));
 	options_check_keys(def, routine);
 
 	DestinationCheckInteger(def, "circuit_threshold", 0, MAX_CIRCUIT_THRESHOLD,

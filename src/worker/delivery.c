@@ -97,6 +97,7 @@
 #define CONFIG_RELOAD_MIN_MS	10000	/* the safety net's floor (see above) */
 #define CONFIG_RELOAD_FACTOR	100 /* ... and its cost's ceiling: 1 % */
 #define CLAIM_GATHER_MS			2	/* see DeliveryLease() */
+#define RECORD_DELAY_NATIVE_MS	10	/* a native client's queue was full */
 
 /* Per-destination state that outlives a cycle; hash entry keyed by name. */
 typedef struct RelayDestination
@@ -107,6 +108,9 @@ typedef struct RelayDestination
 	bool		probing;		/* the circuit's probe is among them */
 	int			batches;		/* its log batches in flight here */
 	List	   *waiting;		/* claimed, not started yet (in order) */
+	List	   *held;			/* taken from waiting, refused by a native
+								 * client's start (back-pressure): first
+								 * again at the next pump */
 	/* when to claim it (issue #19; see DeliveryLease) */
 	int			counter;		/* its emitted generation (shmem.h) */
 	uint64		seen_generation;	/* ... at its last claim that drained */
@@ -150,6 +154,9 @@ typedef struct LoadedDestination
 	int			circuit_threshold;
 	bool		ordered;		/* options.ordering = 'aggregate' */
 	PeerSecrets *secrets;		/* redacted from what the peer says */
+	bool		cached;			/* in the cache (config_loaded) */
+	int			outstanding;	/* native client: its events started, not
+								 * completed (see native_busy) */
 } LoadedDestination;
 
 /*
@@ -203,6 +210,8 @@ typedef struct RelayEvent
 	bool		sending;		/* started (counted in dest->sending) */
 	bool		recorded;		/* has its result (a log event's batch) */
 	bool		blocked;		/* waits for an earlier event of its aggregate */
+	bool		native_started; /* handed to a native client, not completed */
+	bool		native_failed;	/* ... completed: the destination failed */
 	struct RelayEvent *chain_next;	/* the next event of its aggregate in
 									 * its batch (ordered destinations) */
 	struct RelayEvent *chain_prev;	/* ... and the one before it */
@@ -249,6 +258,23 @@ static int	config_lease_ms = 0;	/* the slowest destination's lease */
 MemoryContext relay_events_context = NULL;
 
 static int	total_in_flight = 0;
+
+/*
+ * The native-client transport (destination.h): the cached destinations of
+ * such kinds (config_native, in config_context), the loaded destinations
+ * with events started and not completed (native_busy, in
+ * relay_events_context; each entry kept alive by those events), how many
+ * events that is, and the earliest lease among them (the SIGTERM flush's
+ * bound).  Once stopping, nothing more is handed to a native client.
+ */
+static List *config_native = NIL;
+static List *native_busy = NIL;
+static int	native_outstanding = 0;
+static TimestampTz native_deadline = 0;
+static bool delivery_stopping = false;
+
+#define NATIVE_POLL_MAX			64
+#define NATIVE_MAX_EVENTS		4
 
 /* the due-work sweep (DeliveryLease): when, and the wake generation seen */
 static TimestampTz sweep_at = 0;
@@ -403,6 +429,7 @@ delivery_read_row(HeapTuple tup, TupleDesc desc, LoadedDestination *d,
 	config->signing_secrets = isnull ? NIL : delivery_text_list(value);
 	config->bearer_token = SPI_getvalue(tup, desc, 13);
 	config->database = relay_database_name;
+	config->timeout_ms = d->timeout_ms;
 	d->circuit_threshold = DatumGetInt32(SPI_getbinval(tup, desc, 15, &isnull));
 	d->ordered = DatumGetBool(SPI_getbinval(tup, desc, 23, &isnull));
 
@@ -701,12 +728,24 @@ delivery_reload(void)
 
 	config_valid = false;
 	fresh = delivery_load_all();
+	foreach(lc, config_loaded)
+		((LoadedDestination *) lfirst(lc))->cached = false;
+	list_free(config_native);
+	config_native = NIL;
 	delivery_release_all(config_loaded);
 	config_loaded = fresh;
 	foreach(lc, config_loaded)
 	{
 		LoadedDestination *d = lfirst(lc);
 
+		d->cached = true;
+		if (d->routine->start != NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(config_context);
+
+			config_native = lappend(config_native, d);
+			MemoryContextSwitchTo(old);
+		}
 		delivery_refresh_state(d);
 		lease_ms = Max(lease_ms, d->timeout_ms + outbox_lease_margin);
 	}
@@ -908,18 +947,77 @@ delivery_build(LoadedDestination *d, List *events)
 	}
 
 	/*
-	 * A kind with a native client (start/poll, see destination.h) would be
-	 * handed its messages here instead; none is registered yet.
+	 * A kind with a native client (start/poll, see destination.h) is
+	 * handed each message after the commit (DeliveryStart), one group per
+	 * event; the others become requests now.
 	 */
-	if (nsend > 0 && d->routine->build_request == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("destination kind \"%s\" needs a transport this relay does not drive",
-						d->routine->kind)));
-	if (nsend > 0)
+	if (d->routine->start != NULL)
+	{
+		for (int i = 0; i < nsend; i++)
+		{
+			MemoryContext old = MemoryContextSwitchTo(evs[i]->context);
+
+			evs[i]->carried = list_make1(evs[i]);
+			evs[i]->req.retry_after_secs = -1;
+			MemoryContextSwitchTo(old);
+		}
+	}
+	else if (nsend > 0)
 		delivery_build_requests(d, evs, msgs, nsend);
 	pfree(evs);
 	pfree(msgs);
+}
+
+/*
+ * A native client took nothing (back-pressure), or the relay is stopping:
+ * the event waits again, in front of what its destination still has
+ * waiting, and in order behind those held before it.  The next lease step
+ * (soon: relay_lease_again_by) pumps it again.
+ */
+static void
+delivery_hold(RelayEvent *ev)
+{
+	RelayDestination *rd = ev->dest;
+	MemoryContext old = MemoryContextSwitchTo(relay_events_context);
+
+	rd->held = lappend(rd->held, ev);
+	MemoryContextSwitchTo(old);
+	if (ev->sending)
+	{
+		ev->sending = false;
+		rd->sending--;
+	}
+	if (!delivery_stopping)
+		relay_lease_again_by(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 RECORD_DELAY_NATIVE_MS));
+}
+
+/* Hand a leased event to its destination's native client (destination.h). */
+static void
+delivery_start_native(RelayEvent *ev)
+{
+	LoadedDestination *d = ev->loaded;
+	OutboxMessage *msg = &ev->msg;
+	TimestampTz fence;
+
+	/* in order: nothing passes an event held before it */
+	if (delivery_stopping || ev->dest->held != NIL ||
+		d->routine->start(d->target, &msg, 1, ev) == 0)
+	{
+		delivery_hold(ev);
+		return;
+	}
+	ev->native_started = true;
+	if (d->outstanding++ == 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(relay_events_context);
+
+		native_busy = lappend(native_busy, d);
+		MemoryContextSwitchTo(old);
+	}
+	fence = ev->batch ? ev->batch->lease_end : ev->leased_until;
+	if (native_outstanding++ == 0 || fence < native_deadline)
+		native_deadline = fence;
 }
 
 /* Send a leased event's request (unless another event's request carries it). */
@@ -931,8 +1029,138 @@ DeliveryStart(RelayEvent *ev)
 	ev->started_at = GetCurrentTimestamp();
 	if (ev->rejected)
 		HttpClientSkip(relay_http, &ev->req);
+	else if (ev->loaded->routine->start != NULL)
+		delivery_start_native(ev);
 	else
 		HttpClientStart(relay_http, &ev->req);
+}
+
+/*
+ * Before a wait: the descriptors every native client wants watched join
+ * the HTTP client's wait (HttpClientWatch), so its completions end the
+ * wait like an answer does.
+ */
+void
+DeliveryWatchNative(void)
+{
+	List	   *lists[2] = {config_native, native_busy};
+
+	for (int l = 0; l < lengthof(lists); l++)
+	{
+		ListCell   *lc;
+
+		foreach(lc, lists[l])
+		{
+			LoadedDestination *d = lfirst(lc);
+			pgsocket	socks[NATIVE_MAX_EVENTS];
+			uint32		events[NATIVE_MAX_EVENTS];
+			int			n;
+
+			if (l == 1 && d->cached)
+				continue;		/* done in the first list */
+			n = d->routine->wait_events(d->target, socks, events,
+										NATIVE_MAX_EVENTS);
+			for (int i = 0; i < n; i++)
+				if (!HttpClientWatch(relay_http, socks[i], events[i]))
+					elog(DEBUG1, "could not watch a broker client's descriptor: %m");
+		}
+	}
+}
+
+/* Poll one loaded destination's client: its completed events onto pending. */
+static List *
+delivery_poll_one(LoadedDestination *d, List *pending)
+{
+	void	   *tokens[NATIVE_POLL_MAX];
+	DeliveryResult *results[NATIVE_POLL_MAX];
+	bool		failed[NATIVE_POLL_MAX];
+	int			k;
+	TimestampTz now = GetCurrentTimestamp();
+
+	do
+	{
+		k = d->routine->poll(d->target, tokens, results, failed, NATIVE_POLL_MAX);
+		for (int i = 0; i < k; i++)
+		{
+			RelayEvent *ev = (RelayEvent *) tokens[i];
+			MemoryContext old = MemoryContextSwitchTo(ev->context);
+
+			Assert(ev->native_started);
+			if (results[i]->decided)
+				DeliveryResultSetBinary(&ev->result, results[i]->outcome,
+										results[i]->error,
+										results[i]->error_len);
+			MemoryContextSwitchTo(old);
+			ev->native_failed = failed[i];
+			ev->native_started = false;
+			ev->req.duration_us = now - ev->started_at;
+			ev->loaded->outstanding--;
+			native_outstanding--;
+			old = MemoryContextSwitchTo(relay_events_context);
+			pending = lappend(pending, ev);
+			MemoryContextSwitchTo(old);
+		}
+	} while (k == NATIVE_POLL_MAX);
+	return pending;
+}
+
+/*
+ * After a wait: poll every native client that has work or may have
+ * something to say (the cached destinations of such kinds, and loaded ones
+ * with events started), never blocking; the events that completed are
+ * appended to pending, for DeliveryRecord() like answered requests.
+ */
+List *
+DeliveryPollNative(List *pending)
+{
+	ListCell   *lc;
+	List	   *still = NIL;
+	MemoryContext old;
+
+	if (config_native == NIL && native_busy == NIL)
+		return pending;
+	foreach(lc, config_native)
+		pending = delivery_poll_one(lfirst(lc), pending);
+	foreach(lc, native_busy)
+	{
+		LoadedDestination *d = lfirst(lc);
+
+		if (!d->cached)
+			pending = delivery_poll_one(d, pending);
+	}
+
+	/* before any is recorded, and so perhaps freed */
+	old = MemoryContextSwitchTo(relay_events_context);
+	foreach(lc, native_busy)
+	{
+		LoadedDestination *d = lfirst(lc);
+
+		if (d->outstanding > 0)
+			still = lappend(still, d);
+	}
+	list_free(native_busy);
+	native_busy = still;
+	MemoryContextSwitchTo(old);
+	return pending;
+}
+
+/* Events handed to native clients and not completed. */
+int
+DeliveryNativeOutstanding(void)
+{
+	return native_outstanding;
+}
+
+/*
+ * The relay is stopping (SIGTERM): nothing more goes to a native client.
+ * Returns until when it may wait for the outstanding ones: the earliest
+ * lease among them, after which another relay may send them again.
+ */
+TimestampTz
+DeliveryStop(void)
+{
+	delivery_stopping = true;
+	return native_deadline;
 }
 
 /* A completed request: the events it carried, in order. */
@@ -1066,6 +1294,12 @@ delivery_pump(RelayDestination *rd)
 	ListCell   *lc;
 	MemoryContext old = MemoryContextSwitchTo(relay_events_context);
 
+	/* what a native client did not take goes first, in its order */
+	if (rd->held != NIL)
+	{
+		rd->waiting = list_concat(rd->held, rd->waiting);
+		rd->held = NIL;
+	}
 	foreach(lc, rd->waiting)
 	{
 		RelayEvent *ev = lfirst(lc);
@@ -1181,7 +1415,7 @@ delivery_pump_into(RelayDestination *rd, List **leased)
 	List	   *ready;
 	MemoryContext old;
 
-	if (rd->waiting == NIL)
+	if (rd->waiting == NIL && rd->held == NIL)
 		return;
 	ready = delivery_pump(rd);
 	old = MemoryContextSwitchTo(relay_events_context);
@@ -1324,6 +1558,13 @@ DeliveryDropWaiting(void)
 			rd->waiting = list_delete_first(rd->waiting);
 			DeliveryFreeEvent(ev);
 		}
+		while (rd->held != NIL)
+		{
+			RelayEvent *ev = linitial(rd->held);
+
+			rd->held = list_delete_first(rd->held);
+			DeliveryFreeEvent(ev);
+		}
 	}
 }
 
@@ -1333,6 +1574,7 @@ DeliveryFreeEvent(RelayEvent *ev)
 	LoadedDestination *loaded = ev->loaded;
 
 	Assert(ev->req.easy == NULL);	/* never while curl still uses it */
+	Assert(!ev->native_started);	/* nor while a native client has it */
 	if (ev->probe)				/* gone without a result: let another probe */
 	{
 		OutboxCircuitReleaseProbe(ev->dest->stats);
@@ -1431,6 +1673,13 @@ delivery_classify(RelayEvent *ev)
 	bool		outage;
 	ListCell   *lc;
 
+	if (d->routine->start != NULL)
+	{
+		/* a native client's completion: its result came with it */
+		Assert(n == 1 && linitial(ev->carried) == ev);
+		ev->outage = relay_note_destination(ev, ev->native_failed);
+		return;
+	}
 	foreach(lc, ev->carried)
 		msgs[foreach_current_index(lc)] = &((RelayEvent *) lfirst(lc))->msg;
 	failed = DestinationClassify(d->routine, d->target, &ev->req, msgs, n,

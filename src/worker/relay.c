@@ -122,6 +122,7 @@ static void relay_start(int slot_index);
 static void relay_on_exit(int code, Datum arg);
 
 /* the loop's steps, in the order they run */
+static void relay_flush_step(void);
 static void relay_due_step(void);
 static void relay_record_step(void);
 static void relay_lease_step(void);
@@ -136,6 +137,7 @@ static void relay_set_state(RelayState state, const char *activity);
 static void relay_announce(void);
 static void relay_exit_no_extension(void);
 static void relay_free_events(List **events);
+static void relay_collect(HttpRequest *done);
 
 void
 OutboxRelayMain(Datum main_arg)
@@ -257,12 +259,59 @@ relay_on_exit(int code, Datum arg)
 }
 
 /*
+ * SIGTERM with events handed to a native broker client (destination.h):
+ * before the relay exits, nothing more is started, and it waits for
+ * their completions and records them, until every one completed or the
+ * earliest of their leases ends (after which another relay may send them
+ * again anyway).  Interrupts are held meanwhile, so the wait is bounded
+ * by the lease, never by the broker; what is unconfirmed then is sent
+ * again after its lease.  HTTP requests are not waited for (they are sent
+ * again too), but those that complete meanwhile are recorded.
+ */
+static void
+relay_flush_step(void)
+{
+	TimestampTz deadline;
+
+	if (!ProcDiePending || DeliveryNativeOutstanding() == 0)
+		return;
+	HOLD_INTERRUPTS();
+	deadline = DeliveryStop();
+	relay_set_state(RELAY_WORKING, "flushing a broker client before exiting");
+	while (DeliveryNativeOutstanding() > 0)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		long		wait_ms;
+		bool		woken;
+
+		if (now >= deadline)
+			break;
+		wait_ms = Min(100, (long) ((deadline - now + 999) / 1000));
+		DeliveryWatchNative();
+		relay_collect(HttpClientWait(relay_http, wait_ms, &woken));
+	}
+	if (DeliveryNativeOutstanding() > 0)
+		ereport(LOG,
+				(errmsg("outbox_pg relay exits with %d events unconfirmed by their broker",
+						DeliveryNativeOutstanding()),
+				 errdetail("They are sent again when their lease runs out.")));
+	if (loop.pending_done != NIL)
+	{
+		relay_set_state(RELAY_WORKING, "recording results");
+		DeliveryRecord(loop.pending_done);
+		relay_free_events(&loop.pending_done);
+	}
+	RESUME_INTERRUPTS();
+}
+
+/*
  * Interrupts and reloads; then what is due: a lease and an inbox batch at
  * every poll, a lease when a circuit's pause ends.
  */
 static void
 relay_due_step(void)
 {
+	relay_flush_step();
 	CHECK_FOR_INTERRUPTS();
 	if (ConfigReloadPending)
 	{
@@ -289,7 +338,7 @@ relay_record_step(void)
 {
 	if (loop.pending_done == NIL)
 		return;
-	if (HttpClientRunning(relay_http) != 0 &&
+	if ((HttpClientRunning(relay_http) != 0 || DeliveryNativeOutstanding() > 0) &&
 		list_length(loop.pending_done) < RECORD_BATCH &&
 		!TimestampDifferenceExceeds(loop.first_done_at, GetCurrentTimestamp(),
 									RECORD_DELAY_MS))
@@ -416,6 +465,7 @@ relay_wait_step(void)
 	else
 		relay_set_state(RELAY_WORKING, "sending");
 
+	DeliveryWatchNative();
 	done = HttpClientWait(relay_http, relay_wait_time(), &woken);
 	if (woken)
 	{
@@ -437,9 +487,20 @@ relay_wait_step(void)
 		}
 	}
 
-	if (done != NULL && loop.pending_done == NIL)
-		loop.first_done_at = GetCurrentTimestamp();
-	/* the completed events wait in pending_done beyond this iteration */
+	relay_collect(done);
+	if (loop.pending_done != NIL)
+		loop.need_lease = true;
+}
+
+/*
+ * The events that completed: the answered requests, and what the native
+ * clients completed; they wait in pending_done beyond this iteration.
+ */
+static void
+relay_collect(HttpRequest *done)
+{
+	bool		was_empty = (loop.pending_done == NIL);
+
 	MemoryContextSwitchTo(relay_events_context);
 	while (done != NULL)
 	{
@@ -448,9 +509,10 @@ relay_wait_step(void)
 		loop.pending_done = DeliveryCompleted(loop.pending_done, done);
 		done = next;
 	}
+	loop.pending_done = DeliveryPollNative(loop.pending_done);
 	MemoryContextSwitchTo(relay_cycle_context);
-	if (loop.pending_done != NIL)
-		loop.need_lease = true;
+	if (was_empty && loop.pending_done != NIL)
+		loop.first_done_at = GetCurrentTimestamp();
 }
 
 /* How long relay_wait_step() may wait. */

@@ -52,5 +52,9 @@ extern List *DeliveryCompleted(List *pending, HttpRequest *req);
 extern void DeliveryRecord(List *done);
 extern void DeliveryFreeEvent(RelayEvent *ev);
 extern void DeliveryDropWaiting(void);
+extern void DeliveryWatchNative(void);
+extern List *DeliveryPollNative(List *pending);
+extern int	DeliveryNativeOutstanding(void);
+extern TimestampTz DeliveryStop(void);
 
 #endif							/* OUTBOX_RELAY_H */

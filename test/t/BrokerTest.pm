@@ -1,10 +1,11 @@
 # Helpers for the broker TAP tests (050-059): the botocore SigV4 verifier
-# (test/sink/aws_sink.py), the local-aws-sqs emulator, and a private
-# RabbitMQ node with the management plugin, all on 127.0.0.1.
+# (test/sink/aws_sink.py), the local-aws-sqs emulator, a private
+# RabbitMQ node with the management plugin, and librdkafka's mock Kafka
+# cluster (test/sink/kafka_mock.c) read back with kcat, all on 127.0.0.1.
 #
 # The packages come from test/install-deps (python3-botocore,
-# rabbitmq-server, python3-pika, python3-psycopg2, npm local-aws-sqs under
-# /opt/outbox_pg-test/node).  A test skips, naming the package, only when
+# rabbitmq-server, python3-pika, python3-psycopg2, librdkafka-dev, kcat,
+# npm local-aws-sqs under /opt/outbox_pg-test/node).  A test skips, naming the package, only when
 # one is missing; CI installs them all, so in CI every test runs.
 package BrokerTest;
 
@@ -27,6 +28,7 @@ use Time::HiRes qw(time usleep);
 use Exporter 'import';
 our @EXPORT = qw(require_packages start_aws_sink stop_aws_sink aws_records start_local_sqs
   stop_local_sqs sqs_call start_rabbitmq stop_rabbitmq finish_rabbitmq rabbit_api
+  start_kafka_mock kafka_command kafka_consume
   AWS_KEY AWS_SECRET NODE_PREFIX);
 
 my $SRC = abs_path(dirname(__FILE__) . '/../..');
@@ -49,7 +51,7 @@ use constant NODE_PREFIX => '/opt/outbox_pg-test/node';
 
 # Skip the whole file, saying which package is missing, unless every
 # check passes.  Checks: 'botocore', 'pika', 'psycopg2', 'rabbitmq',
-# 'local-aws-sqs'.
+# 'local-aws-sqs', 'librdkafka-dev', 'kcat'.
 sub require_packages
 {
 	my @missing;
@@ -63,6 +65,14 @@ sub require_packages
 		elsif ($p eq 'rabbitmq')
 		{
 			$ok = -x '/usr/lib/rabbitmq/bin/rabbitmq-server' || -x '/usr/sbin/rabbitmq-server';
+		}
+		elsif ($p eq 'librdkafka-dev')
+		{
+			$ok = -f '/usr/include/librdkafka/rdkafka_mock.h';
+		}
+		elsif ($p eq 'kcat')
+		{
+			$ok = -x '/usr/bin/kcat';
 		}
 		elsif ($p eq 'local-aws-sqs')
 		{
@@ -278,6 +288,77 @@ sub rabbit_api
 		});
 	my $decoded = eval { decode_json($res->{content}) };
 	return { status => $res->{status}, body => $decoded, raw => $res->{content} };
+}
+
+# librdkafka's mock cluster (test/sink/kafka_mock.c, built here with the
+# system compiler) with the given topics: returns its bootstrap address
+# and the paths of its command FIFO and acknowledgements.
+sub start_kafka_mock
+{
+	my (@topics) = @_;
+	my $dir = PostgreSQL::Test::Utils::tempdir('kafka_mock');
+	my $bin = "$dir/kafka_mock";
+	my $cc = `cc -Wall -Werror -o $bin $SRC/test/sink/kafka_mock.c -lrdkafka 2>&1`;
+	die "could not build kafka_mock: $cc" if $?;
+	system('mkfifo', "$dir/commands") == 0 or die "mkfifo failed";
+	my $out = '';
+	my $h = IPC::Run::start([ $bin, "$dir/state", "$dir/commands", join(',', @topics) ],
+		'>', \$out, '2>', \$out);
+	push @handles, $h;
+	my $deadline = time + 15;
+	while (time < $deadline && !(-s "$dir/state")) { usleep(50_000); }
+	open(my $f, '<', "$dir/state") or die "kafka_mock did not start: $out";
+	my $bootstrap = <$f>;
+	close $f;
+	chomp $bootstrap;
+	return { bootstrap => $bootstrap, dir => $dir, handle => $h, commands => 0,
+		url => "kafka://$bootstrap", out => \$out };
+}
+
+# Send a command to the mock (see kafka_mock.c) and wait until it took
+# effect.
+sub kafka_command
+{
+	my ($k, $command) = @_;
+	open(my $f, '>', "$k->{dir}/commands") or die "command FIFO: $!";
+	print $f "$command\n";
+	close $f;
+	my $n = ++$k->{commands};
+	my $deadline = time + 15;
+	while (time < $deadline)
+	{
+		if (open(my $a, '<', "$k->{dir}/state.ack"))
+		{
+			my @lines = <$a>;
+			close $a;
+			return $lines[ $n - 1 ] =~ /^ok/ ? 1 : 0 if @lines >= $n;
+		}
+		usleep(20_000);
+	}
+	die "kafka_mock did not take command $command";
+}
+
+# Every message of a topic, from the beginning, read with kcat: a list of
+# {partition, offset, key, payload, headers => {name => value}}, in
+# partition and offset order.
+sub kafka_consume
+{
+	my ($k, $topic) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'kcat', '-C', '-b', $k->{bootstrap}, '-t', $topic, '-o', 'beginning',
+			'-e', '-J', '-q', '-m', '10' ],
+		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
+	  or die "kcat failed: $err";
+	my @msgs;
+	for my $line (split /\n/, $out)
+	{
+		next unless $line =~ /^\{/;
+		my $m = decode_json($line);
+		my %h = @{ $m->{headers} // [] };
+		$m->{headers} = \%h;
+		push @msgs, $m;
+	}
+	return sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} } @msgs;
 }
 
 1;

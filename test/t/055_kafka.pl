@@ -1,0 +1,180 @@
+# Kafka through librdkafka (kind kafka, the native-client transport),
+# against librdkafka's mock cluster (test/sink/kafka_mock.c) and read
+# back with kcat: every event arrives with its key (the aggregate id) and
+# headers; an event is published only on its delivery report; errors the
+# broker injects are retried and lose nothing; a message too large is
+# dead-lettered and a topic the producer may not write to is reported and
+# retried; a broker that is down and comes back gets what waited; a relay
+# killed with SIGKILL mid-stream loses nothing; an ordered destination
+# keeps each aggregate's order.
+use strict;
+use utf8;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use BrokerTest;
+use OutboxTest;
+use Encode ();
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+BEGIN { require_packages('librdkafka-dev', 'kcat'); }
+
+my $k = start_kafka_mock('orders', 'small', 'denied', 'ordered', 'stream');
+note("mock cluster at $k->{bootstrap}");
+
+my $node = new_outbox_node('kafka', "restart_after_crash = on\n");
+$node->start;
+$node->safe_psql('postgres', qq{
+	CREATE EXTENSION outbox_pg;
+	INSERT INTO outbox.destinations (name, kind, url, timeout_ms, backoff_base_ms, backoff_max_ms, options) VALUES
+		('kafka', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "orders"}'),
+		('kafka_small', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "small", "message.max.bytes": 1000}'),
+		('kafka_denied', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "denied", "circuit_threshold": 0}'),
+		('kafka_ordered', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "ordered", "ordering": "aggregate", "linger.ms": 0}'),
+		('kafka_stream', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "stream", "compression.type": "lz4"}');
+});
+
+# validation: the allow-list of properties, the url
+my ($ret, $out, $err) = $node->psql('postgres',
+	qq{INSERT INTO outbox.destinations (name, kind, url, options) VALUES ('x', 'kafka', '$k->{url}', '{"topic": "t", "acks": "1"}')});
+like($err, qr/unknown option "acks" for a destination of kind kafka/, 'a property outside the allow-list is refused');
+($ret, $out, $err) = $node->psql('postgres',
+	q{INSERT INTO outbox.destinations (name, kind, url, options) VALUES ('x', 'kafka', 'http://127.0.0.1:9092', '{"topic": "t"}')});
+like($err, qr/is not a list of Kafka bootstrap servers/, 'an http url is refused for kind kafka');
+
+sub published
+{
+	my ($type) = @_;
+	return $node->safe_psql('postgres',
+		qq{SELECT count(*) FROM outbox.events WHERE type = '$type' AND status = 'published'});
+}
+
+# Every id is in the topic at least once; notes the duplicates.
+sub zero_lost
+{
+	my ($name, $topic, @ids) = @_;
+	my %seen;
+	$seen{ $_->{headers}{message_id} // '' }++ for kafka_consume($k, $topic);
+	my @lost = grep { !$seen{$_} } @ids;
+	is(scalar(@lost), 0, "$name: zero lost");
+	my $dups = 0;
+	$dups += $seen{$_} - 1 for grep { $seen{$_} } @ids;
+	note("$name: " . scalar(@ids) . " events, $dups duplicates");
+}
+
+# 1. delivery: ids, keys, headers, payload
+my $tp = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+my @ids = split / /, $node->safe_psql('postgres', qq{
+	SELECT string_agg(outbox.emit('order.placed', 'acct-' || g,
+	                              jsonb_build_object('n', g, 'memo', 'Grüße ✓'),
+	                              destination => 'kafka', traceparent => '$tp',
+	                              headers => jsonb_build_object('x-tenant', 'tenant-' || g,
+	                                                            'message_id', 'spoofed'))::text, ' ' ORDER BY g)
+	  FROM generate_series(1, 20) g});
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 20 FROM outbox.events WHERE type = 'order.placed' AND status = 'published'}),
+	'twenty events published on their delivery reports');
+my @msgs = kafka_consume($k, 'orders');
+my %by_id = map { $_->{headers}{message_id} => $_ } @msgs;
+is(scalar(grep { $by_id{$_} } @ids), 20, 'every event is in the topic, message_id header = event id');
+my $m = $by_id{ $ids[0] };
+is($m->{key}, 'acct-1', 'the key is the aggregate id');
+is($m->{headers}{type}, 'order.placed', 'type header');
+is($m->{headers}{content_type}, 'application/json', 'content_type header');
+is($m->{headers}{traceparent}, $tp, 'traceparent header');
+is($m->{headers}{aggregate_id}, 'acct-1', 'aggregate_id header');
+is($m->{headers}{destination}, 'kafka', 'destination header');
+is($m->{headers}{'x-tenant'}, 'tenant-1', 'a per-event header is a Kafka header');
+is_deeply(decode_json(Encode::encode_utf8($m->{payload})), { n => 1, memo => 'Grüße ✓' },
+	'the payload, non-ASCII intact');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE type = 'order.placed' AND attempts <> 1}),
+	'0', 'each took one attempt');
+
+# 2. errors the broker injects (NOT_ENOUGH_REPLICAS, retriable): retried,
+# nothing lost
+ok(kafka_command($k, 'produce_errors 4 19'), 'the next produce requests fail with NOT_ENOUGH_REPLICAS');
+@ids = emit_events($node, 'order.retried', 'kafka', 10);
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 10 FROM outbox.events WHERE type = 'order.retried' AND status = 'published'}),
+	'after injected retriable errors, every event is published');
+zero_lost('injected errors', 'orders', @ids);
+
+# 3. permanent errors: a message too large is dead-lettered at once, a
+# topic the producer is not authorized for is reported and retried
+$node->safe_psql('postgres', q{
+	SELECT outbox.emit('order.big', 'a-1', jsonb_build_object('blob', repeat('x', 2000)), destination => 'kafka_small')});
+ok($node->poll_query_until('postgres', q{SELECT status = 'dead' FROM outbox.events WHERE type = 'order.big'}),
+	'a message above message.max.bytes is dead-lettered');
+like($node->safe_psql('postgres', q{SELECT last_error FROM outbox.events WHERE type = 'order.big'}),
+	qr/^message too large for Kafka/, 'with the reason');
+ok(kafka_command($k, 'topic_error denied 29'), 'topic "denied" answers TOPIC_AUTHORIZATION_FAILED');
+$node->safe_psql('postgres', q{SELECT outbox.emit('order.denied', 'a-1', '{}', destination => 'kafka_denied')});
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'pending' AND attempts >= 2 AND last_error LIKE '%TOPIC_AUTHORIZATION_FAILED%'
+	  FROM outbox.events WHERE type = 'order.denied'}),
+	'an unauthorized topic is a configuration failure: reported and retried, not dead-lettered');
+note($node->safe_psql('postgres', q{SELECT last_error FROM outbox.events WHERE type = 'order.denied'}));
+ok(kafka_command($k, 'topic_error denied 0'), 'the topic is authorized again');
+ok($node->poll_query_until('postgres', q{SELECT status = 'published' FROM outbox.events WHERE type = 'order.denied'}),
+	'then the retry is published');
+
+# 4. the broker down, then up again
+ok(kafka_command($k, 'down'), 'broker down');
+@ids = emit_events($node, 'order.outage', 'kafka', 5);
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 5 FROM outbox.events
+	 WHERE type = 'order.outage' AND status = 'pending' AND last_error IS NOT NULL}),
+	'while the broker is down, the events are retried with a reason');
+note($node->safe_psql('postgres', q{SELECT min(last_error) FROM outbox.events WHERE type = 'order.outage'}));
+ok(kafka_command($k, 'up'), 'broker up');
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 5 FROM outbox.events WHERE type = 'order.outage' AND status = 'published'}),
+	'once the broker is back, every event is published');
+zero_lost('broker down and up', 'orders', @ids);
+
+# 5. ordering: each aggregate's events in order in its partition
+$node->safe_psql('postgres', q{
+	SELECT outbox.emit('order.step', 'agg-' || (g % 3), jsonb_build_object('n', g), destination => 'kafka_ordered')
+	  FROM generate_series(1, 30) g});
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 30 FROM outbox.events WHERE type = 'order.step' AND status = 'published'}),
+	'ordered destination: thirty events published');
+my %last;
+my $in_order = 1;
+for my $msg (kafka_consume($k, 'ordered'))
+{
+	my $n = decode_json($msg->{payload})->{n};
+	$in_order = 0 if defined $last{ $msg->{key} } && $n <= $last{ $msg->{key} };
+	$last{ $msg->{key} } = $n;
+}
+ok($in_order && keys(%last) == 3, 'each aggregate\'s events are in order on its partition');
+
+# 6. SIGKILL of the relay mid-stream: nothing lost
+@ids = emit_events($node, 'order.kill9', 'kafka_stream', 600);
+ok(wait_until(sub { published('order.kill9') >= 30 }, 60), 'delivery under way');
+my ($victim) = relay_pids($node, 'postgres');
+kill 'KILL', $victim;
+note("killed relay $victim with SIGKILL");
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 600 FROM outbox.events WHERE type = 'order.kill9' AND status = 'published'}),
+	'SIGKILL: every event is published after the restart');
+zero_lost('SIGKILL', 'stream', @ids);
+
+# 7. SIGTERM (fast stop) while events are in flight: the relay waits for
+# their delivery reports within the lease, then exits
+@ids = emit_events($node, 'order.stop', 'kafka_stream', 200);
+$node->stop('fast');
+$node->start;
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 200 FROM outbox.events WHERE type = 'order.stop' AND status = 'published'}),
+	'fast stop and start: every event is published');
+zero_lost('fast stop', 'stream', @ids);
+
+unlike($node->safe_psql('postgres', q{SELECT string_agg(coalesce(last_error, ''), ' ') FROM outbox.events}),
+	qr/password/, 'no secret in any error');
+
+$node->stop;
+done_testing();
