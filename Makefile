@@ -25,7 +25,7 @@ PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
 REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
-	ops_monitoring inbox_messages ha_columns brokers_config destination_options classify circuit \
+	ops_monitoring inbox_messages ha_columns brokers_config destination_options kafka_options classify circuit \
 	config_secrets search_path peer_text egress store_claim store_retries store_rotation store_surface \
 	roles
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
