@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * destination.h
- *		  Destination kinds: webhook, sns, sqs, rabbitmq.
+ *		  Destination kinds: webhook, sns, sqs, rabbitmq, kafka.
  *
  * Copyright (c) 2026, outbox_pg developers
  *
@@ -23,7 +23,7 @@
 /*
  * ---- The destination-kind interface ----
  *
- * Every kind (webhook.c, sns.c, sqs.c, rabbitmq.c) ends with one
+ * Every kind (webhook.c, sns.c, sqs.c, rabbitmq.c, kafka.c) ends with one
  * static-const-initialised DestinationRoutine, exported under the name
  * <kind>_routine and listed in the registry (kindlist.h), the way table
  * access methods and FDWs describe themselves to the server.  Everything
@@ -55,14 +55,15 @@
  * Per-event headers (emit(headers => ...)) reach every kind in the
  * OutboxMessage; each kind says in its file header what it does with
  * them (webhook: HTTP headers; rabbitmq: the message's headers property;
- * sns, sqs: message attributes, or a rejection when they do not fit).
+ * sns, sqs: message attributes, or a rejection when they do not fit;
+ * kafka: Kafka record headers).
  *
- * ---- Non-HTTP transports (design; no such kind yet) ----
+ * ---- Non-HTTP transports (kafka.c is the first) ----
  *
  * A kind that speaks a broker's own protocol through a native client
  * (librdkafka, rabbitmq-c) leaves build_request and classify NULL and
  * sets start, poll and wait_events; GetDestinationRoutine() asserts that
- * a kind has exactly one of the two sets.
+ * a kind has exactly one of the two sets.  reject works as for HTTP.
  *
  *	- Connections outlive a lease step: such a kind keeps its client in
  *	  its own process-lifetime state keyed by destination name, and load
@@ -71,23 +72,35 @@
  *	  thread ever calls into PostgreSQL.
  *	- start(target, msgs, n, token) hands up to n messages to the client
  *	  without blocking (produce, publish with confirms) and returns how
- *	  many it took; token names that group in its completions.
+ *	  many it took; token names that group in its completions.  Delivery
+ *	  calls it after the lease step's commit, one event (n = 1) at a time,
+ *	  the event itself as token; 0 (a full local queue) holds the event
+ *	  and every later one of its destination, in order, until the next
+ *	  lease step.  A message the client refuses at once (too large, say)
+ *	  is taken, and completes through the next poll.
  *	- Sockets: before every wait the relay asks wait_events() for the
  *	  descriptors the client wants watched (its sockets, or one event fd
- *	  the library signals) and adds them to the WaitEventSet that already
- *	  holds the latch, postmaster death and curl's epoll fd; so SIGTERM,
- *	  barriers and postmaster death interrupt a broker wait exactly like
- *	  an HTTP one.
- *	- Completions: after every wait the relay calls poll(), which returns
- *	  finished groups as (token, one DeliveryResult per message,
- *	  destination failed): delivery records them exactly as it records a
- *	  classified HTTP answer, so retries, dead letters and the circuit
- *	  need nothing new.
+ *	  the library signals) and adds them to the epoll set that the
+ *	  WaitEventSet holding the latch and postmaster death already watches
+ *	  for curl (HttpClientWatch); so SIGTERM, barriers and postmaster
+ *	  death interrupt a broker wait exactly like an HTTP one.  A
+ *	  descriptor leaves the set when the client closes it.
+ *	- Completions: after every wait the relay calls poll() on the target
+ *	  of every cached destination of the kind and every loaded one with
+ *	  events started; it never blocks and returns up to max finished
+ *	  groups as (token, one DeliveryResult per message, palloc'd in the
+ *	  current context; destination failed): delivery records them exactly
+ *	  as it records a classified HTTP answer, so retries, dead letters and
+ *	  the circuit need nothing new.
  *	- SIGTERM: the relay leases nothing more and polls until every group
  *	  completed or the lease of the oldest in-flight event ends, whichever
  *	  comes first; what is unconfirmed then is not recorded and is sent
  *	  again after its lease (at-least-once), so the flush is bounded by
- *	  the lease (timeout_ms + outbox.lease_margin), never by the broker.
+ *	  the lease (timeout_ms + outbox.lease_margin), never by the broker
+ *	  (relay.c, relay_flush_step).
+ *	- DestinationConfig.timeout_ms is the destination's timeout: a client
+ *	  must complete every message it took within it (kafka.c sets
+ *	  message.timeout.ms to it), so completions come within the lease.
  */
 
 /*
@@ -201,7 +214,7 @@ typedef struct DestinationRoutine
 							 OutboxMessage *const *msgs, int n,
 							 DeliveryResult *results);
 
-	/* delivery over a native client (designed above; no kind uses it yet) */
+	/* delivery over a native client (see the notes above) */
 	int			(*start) (void *target, OutboxMessage *const *msgs, int n,
 						  void *token);
 	int			(*wait_events) (void *target, pgsocket *socks, uint32 *events,

@@ -136,6 +136,7 @@ typedef struct KafkaProducer
 	volatile bool egress_refused;	/* a connection was refused */
 	char		last_error[KAFKA_ERROR_SIZE];	/* from the error callback */
 	TimestampTz logged_at;		/* last librdkafka line logged at LOG */
+	char		log_line[KAFKA_ERROR_SIZE];	/* to log after the poll */
 } KafkaProducer;
 
 /* One Kafka destination, as load read it (in the loaded destination). */
@@ -355,9 +356,10 @@ kafka_error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 /*
  * librdkafka's log lines come through the main queue (log.queue), so in
  * the relay's thread; a line logged before the queue was set may come
- * from another thread and is dropped.  Errors and warnings are logged at
- * LOG at most once a minute per producer (a broker that is down logs at
- * every reconnect), the rest at DEBUG1.
+ * from another thread and is dropped.  Errors and warnings are kept for
+ * kafka_poll() to log at LOG, at most one a minute per producer (a broker
+ * that is down logs at every reconnect); the rest are dropped (their
+ * substance reaches the events' last_error through the error callback).
  */
 static void
 kafka_log_callback(const rd_kafka_t *rk, int level, const char *fac,
@@ -365,19 +367,15 @@ kafka_log_callback(const rd_kafka_t *rk, int level, const char *fac,
 {
 	KafkaProducer *p = (KafkaProducer *) rd_kafka_opaque(rk);
 	TimestampTz now;
-	bool		log_it;
 
-	if (!kafka_in_relay_thread() || p == NULL)
+	if (!kafka_in_relay_thread() || p == NULL || level > 4)
 		return;
 	now = GetCurrentTimestamp();
-	log_it = level <= 4 && (p->logged_at == 0 ||
-							TimestampDifferenceExceeds(p->logged_at, now,
-													   KAFKA_LOG_INTERVAL_MS));
-	if (log_it)
-		p->logged_at = now;
-	ereport(log_it ? LOG : DEBUG1,
-			(errmsg_internal("outbox_pg destination \"%s\": librdkafka %s: %s",
-							 p->name, fac, buf)));
+	if (p->logged_at != 0 &&
+		!TimestampDifferenceExceeds(p->logged_at, now, KAFKA_LOG_INTERVAL_MS))
+		return;
+	p->logged_at = now;
+	snprintf(p->log_line, sizeof(p->log_line), "%s: %s", fac, buf);
 }
 
 /*
@@ -900,6 +898,14 @@ kafka_poll(void *target, void **tokens, DeliveryResult **results,
 	(void) rd_kafka_poll(p->rk, 0);
 	if (p->fatal && p->last_error[0] == '\0')
 		strlcpy(p->last_error, "fatal error", sizeof(p->last_error));
+	if (p->log_line[0] != '\0')
+	{
+		ereport(LOG,
+				(errmsg("outbox_pg destination \"%s\": librdkafka says: %s",
+						p->name, p->log_line),
+				 errdetail("Lines like this are logged at most once a minute per destination and relay.")));
+		p->log_line[0] = '\0';
+	}
 
 	k = Min(max, p->nreports);
 	for (int i = 0; i < k; i++)
@@ -977,6 +983,8 @@ kafka_validate(const DestinationDefinition *def)
 	int			n;
 	const char *why;
 	const char *topic = DestinationOptionText(def, "topic");
+	const char *key = DestinationOptionText(def, "key");
+	const char *ordering = DestinationOptionText(def, "ordering");
 
 	if (!kafka_parse_url(def->url, hosts, ports, &n, &why))
 		ereport(ERROR,
@@ -991,6 +999,14 @@ kafka_validate(const DestinationDefinition *def)
 						def->name),
 				 errdetail("Topic names have 1 to 249 characters from a-z, A-Z, 0-9, \".\", \"_\" and \"-\".")));
 	DestinationCheckChoice(def, "key", key_choices);
+	if (key != NULL && strcmp(key, "none") == 0 &&
+		ordering != NULL && strcmp(ordering, "aggregate") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option key none of destination \"%s\" contradicts ordering aggregate",
+						def->name),
+				 errdetail("Without a key an aggregate's events land on any partition, and consumers read partitions in no common order."),
+				 errhint("Leave key unset: the aggregate id is the key.")));
 	DestinationCheckChoice(def, "sasl_mechanism", sasl_choices);
 	if (DestinationOptionText(def, "sasl_mechanism") != NULL)
 		DestinationRequireCredentials(def, DEST_CREDENTIALS_BASIC);

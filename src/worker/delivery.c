@@ -49,6 +49,15 @@
  *	  SendMessageBatch).  The first event of a request owns it and lists
  *	  the events it carries; the others are never sent themselves
  *	  (DeliveryStart), and all complete together (DeliveryCompleted).
+ *	- Native clients (destination.h; kind kafka): a kind with start/poll
+ *	  gets each event after the lease step's commit (DeliveryStart), one
+ *	  group per event; events its client does not take (a full queue)
+ *	  wait again, in order, in front of their destination's list.  Before
+ *	  each wait the clients' descriptors join the HTTP client's epoll set
+ *	  (DeliveryWatchNative), after it every client is polled
+ *	  (DeliveryPollNative) and its completions join the answered requests.
+ *	  A client's result is the event's result; what it says about the
+ *	  destination goes to the circuit like a classified answer.
  *	- Record: each request's answer is classified once
  *	  (DestinationClassify: the kind's classify, or a transport failure)
  *	  and gives every carried event its own result, so a batch answered 200

@@ -116,9 +116,12 @@ static RelayLoop loop;
 static WorkerErrorThrottle relay_errors;
 static const char *relay_activity = "starting";	/* for an error's context */
 static bool relay_announced = false;	/* "started" is logged */
+static volatile sig_atomic_t relay_stop_requested = false;	/* SIGTERM, to
+															 * flush first */
 
 /* start-up and exit */
 static void relay_start(int slot_index);
+static void relay_sigterm(SIGNAL_ARGS);
 static void relay_on_exit(int code, Datum arg);
 
 /* the loop's steps, in the order they run */
@@ -176,7 +179,7 @@ static void
 relay_start(int slot_index)
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	pqsignal(SIGTERM, relay_sigterm);
 	BackgroundWorkerUnblockSignals();
 
 	if (slot_index < 0 || slot_index >= OUTBOX_MAX_RELAYS)
@@ -243,6 +246,27 @@ relay_start(int slot_index)
 	MemoryContextSwitchTo(relay_cycle_context);
 }
 
+/*
+ * SIGTERM: die() at once, as every worker does, unless events are in a
+ * native broker client's hands; then the loop flushes them first
+ * (relay_flush_step), and a second SIGTERM, or one during the flush, dies
+ * at once.
+ */
+static void
+relay_sigterm(SIGNAL_ARGS)
+{
+	if (DeliveryNativeOutstanding() > 0 && !relay_stop_requested)
+	{
+		int			save_errno = errno;
+
+		relay_stop_requested = true;
+		SetLatch(MyLatch);
+		errno = save_errno;
+	}
+	else
+		die(postgres_signal_arg);
+}
+
 static void
 relay_on_exit(int code, Datum arg)
 {
@@ -259,25 +283,30 @@ relay_on_exit(int code, Datum arg)
 }
 
 /*
- * SIGTERM with events handed to a native broker client (destination.h):
- * before the relay exits, nothing more is started, and it waits for
- * their completions and records them, until every one completed or the
- * earliest of their leases ends (after which another relay may send them
- * again anyway).  Interrupts are held meanwhile, so the wait is bounded
- * by the lease, never by the broker; what is unconfirmed then is sent
- * again after its lease.  HTTP requests are not waited for (they are sent
- * again too), but those that complete meanwhile are recorded.
+ * SIGTERM with events handed to a native broker client (destination.h,
+ * relay_sigterm): before the relay exits, nothing more is started, and it
+ * waits for their completions and records them, until every one
+ * completed or the earliest of their leases ends (after which another
+ * relay may send them again anyway).  Interrupts are held meanwhile, so
+ * the wait is bounded by the lease, never by the broker; what is
+ * unconfirmed then is sent again after its lease.  HTTP requests are not
+ * waited for (they are sent again too), but those that complete
+ * meanwhile are recorded.  Then the relay dies the way die() has it.
  */
 static void
 relay_flush_step(void)
 {
 	TimestampTz deadline;
 
-	if (!ProcDiePending || DeliveryNativeOutstanding() == 0)
+	if (!relay_stop_requested)
 		return;
 	HOLD_INTERRUPTS();
 	deadline = DeliveryStop();
 	relay_set_state(RELAY_WORKING, "flushing a broker client before exiting");
+	ereport(LOG,
+			(errmsg("outbox_pg relay waits for %d events a broker has not confirmed yet before exiting",
+					DeliveryNativeOutstanding()),
+			 errdetail("It waits until their leases end at the latest.")));
 	while (DeliveryNativeOutstanding() > 0)
 	{
 		TimestampTz now = GetCurrentTimestamp();
@@ -302,6 +331,7 @@ relay_flush_step(void)
 		relay_free_events(&loop.pending_done);
 	}
 	RESUME_INTERRUPTS();
+	die(SIGTERM);				/* the CHECK_FOR_INTERRUPTS() that follows exits */
 }
 
 /*

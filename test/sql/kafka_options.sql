@@ -28,9 +28,9 @@ VALUES ('ko_aws', 'AKIAS3CRET', 'aws-S3CRET');
 
 -- valid definitions are accepted
 INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES
-    ('ko_plain', 'kafka', 'kafka://127.0.0.1:9092', NULL, '{"topic": "orders"}'),
+    ('ko_plain', 'kafka', 'kafka://127.0.0.1:9092', NULL, '{"topic": "orders", "key": "none"}'),
     ('ko_many', 'kafka', 'KAFKA://broker-1.example.com:9092,10.0.0.2:9093,[::1]:9094/', NULL,
-     '{"topic": "a.b_c-1", "key": "none", "compression.type": "zstd", "linger.ms": 20,
+     '{"topic": "a.b_c-1", "key": "aggregate_id", "compression.type": "zstd", "linger.ms": 20,
        "batch.num.messages": 500, "message.max.bytes": 2000000, "client.id": "shop-1",
        "partitioner": "murmur2", "socket.keepalive.enable": true, "ordering": "aggregate"}'),
     ('ko_sasl', 'kafka', 'kafka://127.0.0.1:9092', 'ko_sasl',
@@ -76,7 +76,8 @@ SELECT o AS options, try_hint(format($$INSERT INTO outbox.destinations (name, ki
     ('{"topic": "t", "sasl_mechanism": "GSSAPI"}'),
     ('{"topic": "t", "sasl_mechanism": "PLAIN"}'),
     ('{"topic": "t", "client.id": "a b"}'),
-    ('{"topic": "t", "ordering": "partition"}')) AS t(o);
+    ('{"topic": "t", "ordering": "partition"}'),
+    ('{"topic": "t", "key": "none", "ordering": "aggregate"}')) AS t(o);
 
 -- credentials: SASL logs in with a user name and password
 SELECT try_hint($$INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES ('x', 'kafka', 'kafka://127.0.0.1:9092', 'ko_aws', '{"topic": "t"}')$$);

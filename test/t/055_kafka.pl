@@ -19,6 +19,7 @@ use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes ();
 
 BEGIN { require_packages('librdkafka-dev', 'kcat'); }
 
@@ -164,7 +165,7 @@ ok($node->poll_query_until('postgres',
 zero_lost('SIGKILL', 'stream', @ids);
 
 # 7. SIGTERM (fast stop) while events are in flight: the relay waits for
-# their delivery reports within the lease, then exits
+# their delivery reports within the lease, records them, then exits
 @ids = emit_events($node, 'order.stop', 'kafka_stream', 200);
 $node->stop('fast');
 $node->start;
@@ -172,6 +173,37 @@ ok($node->poll_query_until('postgres',
 	q{SELECT count(*) = 200 FROM outbox.events WHERE type = 'order.stop' AND status = 'published'}),
 	'fast stop and start: every event is published');
 zero_lost('fast stop', 'stream', @ids);
+
+# ... and with the broker down: the reports (timeouts) come within the
+# lease, are recorded as retries before the relay exits, and the events
+# are published once the broker is back
+ok(kafka_command($k, 'down'), 'broker down again');
+my $log_offset = -s $node->logfile;
+emit_events($node, 'order.flush', 'kafka', 5);
+# produced at once, and reported only when they time out (3 s)
+Time::HiRes::sleep(1);
+$node->stop('fast');
+my $log = slurp_file($node->logfile, $log_offset);
+like($log, qr/relay waits for \d+ events a broker has not confirmed yet before exiting/,
+	'SIGTERM: the relay waits for the broker\'s reports before exiting');
+unlike($log, qr/exits with \d+ events unconfirmed/, 'every report came within the lease');
+ok(kafka_command($k, 'up'), 'broker up again');
+$node->start;
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 5 FROM outbox.events WHERE type = 'order.flush' AND status = 'published'}),
+	'after the restart every event is published');
+
+# 8. outbox.allowed_hosts applies to the bootstrap servers
+$node->safe_psql('postgres', q{ALTER SYSTEM SET outbox.allowed_hosts = 'kafka.example.com'; SELECT pg_reload_conf()});
+$node->safe_psql('postgres', q{SELECT outbox.emit('order.egress', 'a-1', '{}', destination => 'kafka')});
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'pending' AND last_error LIKE 'bootstrap server refused: host "127.0.0.1" is not in outbox.allowed_hosts%'
+	  FROM outbox.events WHERE type = 'order.egress'}),
+	'a bootstrap server outside outbox.allowed_hosts is refused, with the reason');
+$node->safe_psql('postgres', qq{ALTER SYSTEM SET outbox.allowed_hosts = '127.0.0.1'; SELECT pg_reload_conf()});
+ok($node->poll_query_until('postgres', q{SELECT status = 'published' FROM outbox.events WHERE type = 'order.egress'}),
+	'allowed again: published');
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET outbox.allowed_hosts; SELECT pg_reload_conf()});
 
 unlike($node->safe_psql('postgres', q{SELECT string_agg(coalesce(last_error, ''), ' ') FROM outbox.events}),
 	qr/password/, 'no secret in any error');
