@@ -70,10 +70,11 @@
 
 /*
  * Descriptors watched for another client (HttpClientWatch) carry this bit
- * above the descriptor in their epoll data; curl's carry the bare
- * descriptor (data.fd, the rest zero).
+ * above the descriptor in their epoll data (u64); curl's carry the bare
+ * descriptor (HTTP_EPOLL_FD reads it back).
  */
 #define HTTP_FOREIGN_TAG	(UINT64CONST(1) << 32)
+#define HTTP_EPOLL_FD(ev)	((int) ((ev).data.u64 & UINT64CONST(0xFFFFFFFF)))
 
 struct HttpClient
 {
@@ -105,7 +106,7 @@ http_socket_callback(CURL *easy, curl_socket_t fd, int what, void *userp,
 	}
 
 	memset(&ev, 0, sizeof(ev));
-	ev.data.fd = fd;
+	ev.data.u64 = (uint64) (uint32) fd;
 	if (what & CURL_POLL_IN)
 		ev.events |= EPOLLIN;
 	if (what & CURL_POLL_OUT)
@@ -555,7 +556,8 @@ HttpClientWait(HttpClient *client, long timeout_ms, bool *latch_set)
 			flags |= CURL_CSELECT_OUT;
 		if (ready[i].events & (EPOLLERR | EPOLLHUP))
 			flags |= CURL_CSELECT_ERR;
-		curl_multi_socket_action(client->multi, ready[i].data.fd, flags, &still_running);
+		curl_multi_socket_action(client->multi, HTTP_EPOLL_FD(ready[i]), flags,
+								 &still_running);
 	}
 
 	/* curl's timer ran out (or it asked to be called right away) */

@@ -19,7 +19,12 @@
  * headers message_id, type, content_type (application/json), time,
  * destination, and aggregate_id and traceparent when present, then the
  * per-event headers; a per-event header with the name of one of the
- * relay's own is left out, so consumers can trust those.
+ * relay's own is left out, so consumers can trust those.  With
+ * options.cloudevents = true the record is also a CloudEvents 1.0 event in
+ * the Kafka protocol binding's binary mode: headers ce_specversion, ce_id,
+ * ce_source (options.source, by default urn:outbox_pg:<database>, as for
+ * webhooks), ce_type, ce_time, ce_subject (the aggregate id) and
+ * ce_traceparent when present, and content-type (datacontenttype).
  *
  * Producers.  One per relay process and destination, kept in process
  * memory (malloc) across lease steps and found again by name and by the
@@ -136,7 +141,7 @@ typedef struct KafkaProducer
 	volatile bool egress_refused;	/* a connection was refused */
 	char		last_error[KAFKA_ERROR_SIZE];	/* from the error callback */
 	TimestampTz logged_at;		/* last librdkafka line logged at LOG */
-	char		log_line[KAFKA_ERROR_SIZE];	/* to log after the poll */
+	char		log_line[KAFKA_ERROR_SIZE]; /* to log after the poll */
 } KafkaProducer;
 
 /* One Kafka destination, as load read it (in the loaded destination). */
@@ -148,6 +153,7 @@ typedef struct KafkaTarget
 	bool		keyed;			/* key = aggregate id */
 	int			max_bytes;		/* message.max.bytes */
 	const char *refused;		/* bootstrap host refused by the allow-list */
+	const char *ce_source;		/* CloudEvents binary mode; NULL: off */
 	MemoryContextCallback release;
 } KafkaTarget;
 
@@ -196,7 +202,9 @@ static const KafkaProperty kafka_properties[] =
 /* The headers the relay sets itself; a per-event header cannot replace them. */
 static const char *const own_headers[] = {
 	"message_id", "type", "content_type", "time", "destination",
-	"aggregate_id", "traceparent"
+	"aggregate_id", "traceparent", "content-type", "ce_specversion",
+	"ce_id", "ce_source", "ce_type", "ce_time", "ce_subject",
+	"ce_traceparent"
 };
 
 static KafkaProducer *producers = NULL;
@@ -594,6 +602,14 @@ kafka_load(const DestinationConfig *config)
 	t->keyed = (v == NULL || strcmp(v, "aggregate_id") == 0);
 	v = OutboxJsonbOption(def->options, "message.max.bytes");
 	t->max_bytes = v ? atoi(v) : KAFKA_DEFAULT_MAX_BYTES;
+	v = OutboxJsonbOption(def->options, "cloudevents");
+	if (v != NULL && strcmp(v, "true") == 0)
+	{
+		const char *source = OutboxJsonbOption(def->options, "source");
+
+		t->ce_source = source ? pstrdup(source) :
+			psprintf("urn:outbox_pg:%s", config->database);
+	}
 
 	/* the bootstrap hosts against outbox.allowed_hosts (egress.c) */
 	for (int i = 0; i < n && t->refused == NULL; i++)
@@ -609,6 +625,14 @@ kafka_load(const DestinationConfig *config)
 			t->refused = psprintf("bootstrap server refused: %s", errbuf);
 		by_name &= host_by_name;
 	}
+
+	/*
+	 * Refused: nothing is produced (kafka_start), and the producer, which
+	 * still looks for its bootstrap servers, may connect only to addresses
+	 * the list names.
+	 */
+	if (t->refused != NULL)
+		by_name = false;
 
 	/* what the relay's guarantees rest on */
 	initStringInfo(&fp);
@@ -682,6 +706,8 @@ kafka_message_size(const KafkaTarget *t, const OutboxMessage *msg)
 	if (t->keyed && msg->aggregate_id)
 		size += strlen(msg->aggregate_id);
 	size += strlen(msg->id) + strlen(msg->type) + strlen(t->name) + 128;
+	if (t->ce_source != NULL)
+		size += 2 * (strlen(msg->id) + strlen(msg->type)) + strlen(t->ce_source) + 160;
 	if (msg->traceparent)
 		size += strlen(msg->traceparent);
 	if (msg->time)
@@ -714,6 +740,7 @@ kafka_report_now(KafkaProducer *p, void *token, rd_kafka_resp_err_t err,
 	r->token = token;
 	r->err = err;
 	r->text = text;
+
 	/* a full pipe already wakes the relay */
 	if (write(p->pipefd[1], &wake, 1) < 0 && errno != EAGAIN)
 		elog(DEBUG1, "could not wake the relay for a Kafka producer: %m");
@@ -772,6 +799,20 @@ kafka_start(void *target, OutboxMessage *const *msgs, int n, void *token)
 		rd_kafka_header_add(hdrs, "aggregate_id", -1, msg->aggregate_id, -1);
 	if (msg->traceparent)
 		rd_kafka_header_add(hdrs, "traceparent", -1, msg->traceparent, -1);
+	if (t->ce_source != NULL)
+	{
+		rd_kafka_header_add(hdrs, "ce_specversion", -1, "1.0", -1);
+		rd_kafka_header_add(hdrs, "ce_id", -1, msg->id, -1);
+		rd_kafka_header_add(hdrs, "ce_source", -1, t->ce_source, -1);
+		rd_kafka_header_add(hdrs, "ce_type", -1, msg->type, -1);
+		if (msg->time)
+			rd_kafka_header_add(hdrs, "ce_time", -1, msg->time, -1);
+		if (msg->aggregate_id)
+			rd_kafka_header_add(hdrs, "ce_subject", -1, msg->aggregate_id, -1);
+		if (msg->traceparent)
+			rd_kafka_header_add(hdrs, "ce_traceparent", -1, msg->traceparent, -1);
+		rd_kafka_header_add(hdrs, "content-type", -1, "application/json", -1);
+	}
 	for (int i = 0; i < msg->nheaders; i++)
 		if (!kafka_own_header(msg->headers[i].name))
 			rd_kafka_header_add(hdrs, msg->headers[i].name, -1,
@@ -946,6 +987,8 @@ static const DestinationOption kafka_options[] =
 	{"topic", DEST_OPTION_STRING, true},
 	{"key", DEST_OPTION_STRING, false}, /* aggregate_id (default) or none */
 	{"tls", DEST_OPTION_BOOLEAN, false},
+	{"cloudevents", DEST_OPTION_BOOLEAN, false},	/* ce_ headers */
+	{"source", DEST_OPTION_STRING, false},	/* ce_source */
 	{"sasl_mechanism", DEST_OPTION_STRING, false},	/* with credentials */
 	{"compression.type", DEST_OPTION_STRING, false},
 	{"linger.ms", DEST_OPTION_NUMBER, false},
@@ -998,6 +1041,15 @@ kafka_validate(const DestinationDefinition *def)
 				 errmsg("option topic of destination \"%s\" is not a valid Kafka topic name",
 						def->name),
 				 errdetail("Topic names have 1 to 249 characters from a-z, A-Z, 0-9, \".\", \"_\" and \"-\".")));
+	{
+		const char *source = DestinationOptionText(def, "source");
+
+		if (source != NULL && source[0] == '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("option source of destination \"%s\" must not be empty",
+							def->name)));
+	}
 	DestinationCheckChoice(def, "key", key_choices);
 	if (key != NULL && strcmp(key, "none") == 0 &&
 		ordering != NULL && strcmp(ordering, "aggregate") == 0)

@@ -1085,15 +1085,19 @@ delivery_poll_one(LoadedDestination *d, List *pending)
 	bool		failed[NATIVE_POLL_MAX];
 	int			k;
 	TimestampTz now = GetCurrentTimestamp();
+	MemoryContext old;
 
 	do
 	{
+		/* the results are the loop's: its context is reset every iteration */
+		old = MemoryContextSwitchTo(relay_cycle_context);
 		k = d->routine->poll(d->target, tokens, results, failed, NATIVE_POLL_MAX);
+		MemoryContextSwitchTo(old);
 		for (int i = 0; i < k; i++)
 		{
 			RelayEvent *ev = (RelayEvent *) tokens[i];
-			MemoryContext old = MemoryContextSwitchTo(ev->context);
 
+			old = MemoryContextSwitchTo(ev->context);
 			Assert(ev->native_started);
 			if (results[i]->decided)
 				DeliveryResultSetBinary(&ev->result, results[i]->outcome,

@@ -116,8 +116,8 @@ static RelayLoop loop;
 static WorkerErrorThrottle relay_errors;
 static const char *relay_activity = "starting";	/* for an error's context */
 static bool relay_announced = false;	/* "started" is logged */
-static volatile sig_atomic_t relay_stop_requested = false;	/* SIGTERM, to
-															 * flush first */
+/* SIGTERM with events in a native client's hands: flush them first */
+static volatile sig_atomic_t relay_stop_requested = false;
 
 /* start-up and exit */
 static void relay_start(int slot_index);
@@ -331,7 +331,8 @@ relay_flush_step(void)
 		relay_free_events(&loop.pending_done);
 	}
 	RESUME_INTERRUPTS();
-	die(SIGTERM);				/* the CHECK_FOR_INTERRUPTS() that follows exits */
+	/* the CHECK_FOR_INTERRUPTS() that follows exits */
+	die(SIGTERM);
 }
 
 /*

@@ -34,7 +34,7 @@ INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES
        "batch.num.messages": 500, "message.max.bytes": 2000000, "client.id": "shop-1",
        "partitioner": "murmur2", "socket.keepalive.enable": true, "ordering": "aggregate"}'),
     ('ko_sasl', 'kafka', 'kafka://127.0.0.1:9092', 'ko_sasl',
-     '{"topic": "orders", "tls": true, "sasl_mechanism": "SCRAM-SHA-512"}');
+     '{"topic": "orders", "tls": true, "sasl_mechanism": "SCRAM-SHA-512", "cloudevents": true, "source": "urn:shop"}');
 SELECT name, kind, url, credentials FROM outbox.destinations WHERE name LIKE 'ko\_%' ORDER BY name;
 
 -- the url: kafka:// and host:port pairs
@@ -76,6 +76,7 @@ SELECT o AS options, try_hint(format($$INSERT INTO outbox.destinations (name, ki
     ('{"topic": "t", "sasl_mechanism": "GSSAPI"}'),
     ('{"topic": "t", "sasl_mechanism": "PLAIN"}'),
     ('{"topic": "t", "client.id": "a b"}'),
+    ('{"topic": "t", "cloudevents": true, "source": ""}'),
     ('{"topic": "t", "ordering": "partition"}'),
     ('{"topic": "t", "key": "none", "ordering": "aggregate"}')) AS t(o);
 

@@ -23,7 +23,7 @@ use Time::HiRes ();
 
 BEGIN { require_packages('librdkafka-dev', 'kcat'); }
 
-my $k = start_kafka_mock('orders', 'small', 'denied', 'ordered', 'stream');
+my $k = start_kafka_mock('orders', 'small', 'denied', 'ordered', 'stream', 'ce');
 note("mock cluster at $k->{bootstrap}");
 
 my $node = new_outbox_node('kafka', "restart_after_crash = on\n");
@@ -35,7 +35,8 @@ $node->safe_psql('postgres', qq{
 		('kafka_small', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "small", "message.max.bytes": 1000}'),
 		('kafka_denied', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "denied", "circuit_threshold": 0}'),
 		('kafka_ordered', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "ordered", "ordering": "aggregate", "linger.ms": 0}'),
-		('kafka_stream', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "stream", "compression.type": "lz4"}');
+		('kafka_stream', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "stream", "compression.type": "lz4"}'),
+		('kafka_ce', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "ce", "cloudevents": true, "source": "urn:shop"}');
 });
 
 # validation: the allow-list of properties, the url
@@ -93,6 +94,17 @@ is_deeply(decode_json(Encode::encode_utf8($m->{payload})), { n => 1, memo => 'Gr
 	'the payload, non-ASCII intact');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE type = 'order.placed' AND attempts <> 1}),
 	'0', 'each took one attempt');
+
+# CloudEvents binary mode (Kafka protocol binding)
+my ($ce_id) = split / /, $node->safe_psql('postgres', qq{
+	SELECT outbox.emit('order.placed', 'acct-7', '{"n": 7}', destination => 'kafka_ce', traceparent => '$tp')});
+ok($node->poll_query_until('postgres', qq{SELECT status = 'published' FROM outbox.events WHERE id = '$ce_id'}),
+	'cloudevents: published');
+($m) = kafka_consume($k, 'ce');
+is_deeply([ @{ $m->{headers} }{qw(ce_specversion ce_id ce_source ce_type ce_subject ce_traceparent content-type)} ],
+	[ '1.0', $ce_id, 'urn:shop', 'order.placed', 'acct-7', $tp, 'application/json' ],
+	'cloudevents: ce_ headers and content-type');
+like($m->{headers}{ce_time} // '', qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/, 'cloudevents: ce_time is RFC 3339');
 
 # 2. errors the broker injects (NOT_ENOUGH_REPLICAS, retriable): retried,
 # nothing lost
