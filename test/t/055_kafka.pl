@@ -33,7 +33,7 @@ $node->safe_psql('postgres', qq{
 	INSERT INTO outbox.destinations (name, kind, url, timeout_ms, backoff_base_ms, backoff_max_ms, options) VALUES
 		('kafka', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "orders"}'),
 		('kafka_small', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "small", "message.max.bytes": 1000}'),
-		('kafka_denied', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "denied", "circuit_threshold": 0}'),
+		('kafka_denied', 'kafka', '$k->{url}', 3000, 1000, 2000, '{"topic": "denied", "circuit_threshold": 0}'),
 		('kafka_ordered', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "ordered", "ordering": "aggregate", "linger.ms": 0}'),
 		('kafka_stream', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "stream", "compression.type": "lz4"}'),
 		('kafka_ce', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "ce", "cloudevents": true, "source": "urn:shop"}');
@@ -123,16 +123,17 @@ ok($node->poll_query_until('postgres', q{SELECT status = 'dead' FROM outbox.even
 	'a message above message.max.bytes is dead-lettered');
 like($node->safe_psql('postgres', q{SELECT last_error FROM outbox.events WHERE type = 'order.big'}),
 	qr/^message too large for Kafka/, 'with the reason');
-ok(kafka_command($k, 'topic_error denied 29'), 'topic "denied" answers TOPIC_AUTHORIZATION_FAILED');
+# (the broker's answer to the produce requests: librdkafka 2.0.2 lets a
+# topic error in metadata time the messages out instead)
+ok(kafka_command($k, 'produce_errors 3 29'), 'the next produce requests answer TOPIC_AUTHORIZATION_FAILED');
 $node->safe_psql('postgres', q{SELECT outbox.emit('order.denied', 'a-1', '{}', destination => 'kafka_denied')});
 ok($node->poll_query_until('postgres', q{
-	SELECT status = 'pending' AND attempts >= 2 AND last_error LIKE '%TOPIC_AUTHORIZATION_FAILED%'
+	SELECT status = 'pending' AND attempts >= 2 AND last_error LIKE 'configuration: TOPIC_AUTHORIZATION_FAILED%'
 	  FROM outbox.events WHERE type = 'order.denied'}),
 	'an unauthorized topic is a configuration failure: reported and retried, not dead-lettered');
 note($node->safe_psql('postgres', q{SELECT last_error FROM outbox.events WHERE type = 'order.denied'}));
-ok(kafka_command($k, 'topic_error denied 0'), 'the topic is authorized again');
 ok($node->poll_query_until('postgres', q{SELECT status = 'published' FROM outbox.events WHERE type = 'order.denied'}),
-	'then the retry is published');
+	'once the broker accepts it, the retry is published');
 
 # 4. the broker down, then up again
 ok(kafka_command($k, 'down'), 'broker down');
