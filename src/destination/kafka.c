@@ -195,6 +195,7 @@ static const KafkaProperty kafka_properties[] =
 	{"reconnect.backoff.ms", DEST_OPTION_NUMBER, 0, 3600000, NULL},
 	{"reconnect.backoff.max.ms", DEST_OPTION_NUMBER, 0, 3600000, NULL},
 	{"retry.backoff.ms", DEST_OPTION_NUMBER, 1, 300000, NULL},
+	{"topic.metadata.refresh.interval.ms", DEST_OPTION_NUMBER, 1000, 3600000, NULL},
 	{"ssl.endpoint.identification.algorithm", DEST_OPTION_STRING, 0, 0, endpoint_choices},
 	{NULL}
 };
@@ -1002,6 +1003,7 @@ static const DestinationOption kafka_options[] =
 	{"reconnect.backoff.ms", DEST_OPTION_NUMBER, false},
 	{"reconnect.backoff.max.ms", DEST_OPTION_NUMBER, false},
 	{"retry.backoff.ms", DEST_OPTION_NUMBER, false},
+	{"topic.metadata.refresh.interval.ms", DEST_OPTION_NUMBER, false},
 	{"ssl.endpoint.identification.algorithm", DEST_OPTION_STRING, false},
 	{NULL}
 };

@@ -494,6 +494,7 @@ delivery_destination(const char *name)
 		rd->probing = false;
 		rd->batches = 0;
 		rd->waiting = NIL;
+		rd->held = NIL;
 		rd->counter = OutboxEmitCounterIndex(MyDatabaseId, name);
 		rd->seen_generation = 0;
 		rd->busy = false;

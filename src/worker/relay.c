@@ -303,10 +303,11 @@ relay_flush_step(void)
 	HOLD_INTERRUPTS();
 	deadline = DeliveryStop();
 	relay_set_state(RELAY_WORKING, "flushing a broker client before exiting");
-	ereport(LOG,
-			(errmsg("outbox_pg relay waits for %d events a broker has not confirmed yet before exiting",
-					DeliveryNativeOutstanding()),
-			 errdetail("It waits until their leases end at the latest.")));
+	if (DeliveryNativeOutstanding() > 0)
+		ereport(LOG,
+				(errmsg("outbox_pg relay waits for %d events a broker has not confirmed yet before exiting",
+						DeliveryNativeOutstanding()),
+				 errdetail("It waits until their leases end at the latest.")));
 	while (DeliveryNativeOutstanding() > 0)
 	{
 		TimestampTz now = GetCurrentTimestamp();
