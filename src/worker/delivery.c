@@ -71,6 +71,7 @@
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
+#include "lib/ilist.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -106,7 +107,10 @@ typedef struct RelayDestination
 	int			sending;		/* ... of which started */
 	bool		probing;		/* the circuit's probe is among them */
 	int			batches;		/* its log batches in flight here */
-	List	   *waiting;		/* claimed, not started yet (in order) */
+	dlist_head	waiting;		/* claimed, not started yet (in order);
+								 * a list, not a List: a batch of one large
+								 * transaction can be 100,000 events long,
+								 * and each start took one off its head */
 	/* when to claim it (issue #19; see DeliveryLease) */
 	int			counter;		/* its emitted generation (shmem.h) */
 	uint64		seen_generation;	/* ... at its last claim that drained */
@@ -203,6 +207,8 @@ typedef struct RelayEvent
 	bool		sending;		/* started (counted in dest->sending) */
 	bool		recorded;		/* has its result (a log event's batch) */
 	bool		blocked;		/* waits for an earlier event of its aggregate */
+	bool		waiting;		/* in dest->waiting, by wait_node */
+	dlist_node	wait_node;
 	struct RelayEvent *chain_next;	/* the next event of its aggregate in
 									 * its batch (ordered destinations) */
 	struct RelayEvent *chain_prev;	/* ... and the one before it */
@@ -457,7 +463,7 @@ delivery_destination(const char *name)
 		rd->sending = 0;
 		rd->probing = false;
 		rd->batches = 0;
-		rd->waiting = NIL;
+		dlist_init(&rd->waiting);
 		rd->counter = OutboxEmitCounterIndex(MyDatabaseId, name);
 		rd->seen_generation = 0;
 		rd->busy = false;
@@ -1018,7 +1024,6 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 {
 	SPITupleTable *rows = SPI_tuptable;
 	RelayEvent **evs = palloc(Max(n, 1) * sizeof(RelayEvent *));
-	MemoryContext old;
 
 	for (uint64 i = 0; i < n; i++)
 	{
@@ -1042,13 +1047,8 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 			}
 		}
 
-		/*
-		 * SPI calls leave CurrentMemoryContext in SPI's own (transaction)
-		 * memory; the list must outlive the transaction.
-		 */
-		old = MemoryContextSwitchTo(relay_events_context);
-		rd->waiting = lappend(rd->waiting, ev);
-		MemoryContextSwitchTo(old);
+		dlist_push_tail(&rd->waiting, &ev->wait_node);
+		ev->waiting = true;
 	}
 	pfree(evs);
 }
@@ -1064,11 +1064,12 @@ delivery_pump(RelayDestination *rd)
 {
 	List	   *ready = NIL;
 	ListCell   *lc;
+	dlist_mutable_iter iter;
 	MemoryContext old = MemoryContextSwitchTo(relay_events_context);
 
-	foreach(lc, rd->waiting)
+	dlist_foreach_modify(iter, &rd->waiting)
 	{
-		RelayEvent *ev = lfirst(lc);
+		RelayEvent *ev = dlist_container(RelayEvent, wait_node, iter.cur);
 
 		if (rd->sending >= rd->max_concurrency && !ev->probe)
 			break;
@@ -1076,7 +1077,8 @@ delivery_pump(RelayDestination *rd)
 			break;
 		if (ev->blocked)
 			continue;
-		rd->waiting = foreach_delete_current(rd->waiting, lc);
+		dlist_delete(iter.cur);
+		ev->waiting = false;
 		ev->sending = true;
 		rd->sending++;
 		ready = lappend(ready, ev);
@@ -1181,7 +1183,7 @@ delivery_pump_into(RelayDestination *rd, List **leased)
 	List	   *ready;
 	MemoryContext old;
 
-	if (rd->waiting == NIL)
+	if (dlist_is_empty(&rd->waiting))
 		return;
 	ready = delivery_pump(rd);
 	old = MemoryContextSwitchTo(relay_events_context);
@@ -1317,13 +1319,9 @@ DeliveryDropWaiting(void)
 	hash_seq_init(&status, destinations);
 	while ((rd = hash_seq_search(&status)) != NULL)
 	{
-		while (rd->waiting != NIL)
-		{
-			RelayEvent *ev = linitial(rd->waiting);
-
-			rd->waiting = list_delete_first(rd->waiting);
-			DeliveryFreeEvent(ev);
-		}
+		while (!dlist_is_empty(&rd->waiting))
+			DeliveryFreeEvent(dlist_container(RelayEvent, wait_node,
+											  dlist_head_node(&rd->waiting)));
 	}
 }
 
@@ -1340,6 +1338,8 @@ DeliveryFreeEvent(RelayEvent *ev)
 	}
 	if (ev->sending)
 		ev->dest->sending--;
+	if (ev->waiting)
+		dlist_delete(&ev->wait_node);
 	if (ev->chain_prev != NULL)
 		ev->chain_prev->chain_next = NULL;
 	if (ev->chain_next != NULL)
@@ -1740,7 +1740,6 @@ delivery_hold_chain(RelayEvent *ev, TimestampTz now, List **batches)
 		RelayEvent *after = next->chain_next;
 		RelayDestination *rd = next->dest;
 
-		rd->waiting = list_delete_ptr(rd->waiting, next);
 		batch_add_failed(next->batch, next, now, 0, 0, NULL);
 		delivery_note_retry(rd, now);
 		if (batch_note_recorded(next))
