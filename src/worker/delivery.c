@@ -1233,6 +1233,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 		int			want;
 		uint64		n;
 		uint64		m = 0;
+		bool		more = false;
 
 		if (!rd->busy && !rd->due && !retry_due)
 		{
@@ -1278,7 +1279,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 			if (recover)
 				m = OutboxStoreClaimRecover(lease, d->name, 0);
 			if (m == 0)
-				m = OutboxStoreClaimNext(rest, lease, d->name, d->ordered);
+				m = OutboxStoreClaimNext(rest, lease, d->name, d->ordered, &more);
 			if (m > 0)
 				delivery_queue_rows(d, rd, probe && n == 0,
 									delivery_new_batch(rd, m), m);
@@ -1287,7 +1288,14 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 		if (probe && n == 0 && m == 0)
 			OutboxCircuitReleaseProbe(rd->stats);	/* nothing to probe with */
 
-		if (n + m >= (uint64) want && !probe)
+		/*
+		 * A claim cut at a transaction boundary may return far fewer
+		 * events than wanted with many more behind them (a backlog of
+		 * transactions of 100 events each, claimed 256 at a time, gave 200:
+		 * taken for drained, the rest waited for the next poll, 200
+		 * events per poll interval).
+		 */
+		if ((n + m >= (uint64) want || more) && !probe)
 		{
 			rd->busy = true;	/* there may be more: again at once */
 			*drained = false;
