@@ -86,6 +86,20 @@ SELECT o AS options, try_hint(format($$INSERT INTO outbox.destinations (name, ki
 SELECT try_hint(format($$INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES ('x', 'rabbitmq', 'http://127.0.0.1:15672', 'do_rmq', %L)$$,
                        jsonb_build_object('routing_key', repeat('k', 256))));
 
+-- webhook batches: a known mode, sizes in range, sizes only with a mode
+SELECT o AS options, try_hint(format($$INSERT INTO outbox.destinations (name, url, options) VALUES ('x', 'http://127.0.0.1:9/', %L)$$, o))
+  FROM (VALUES ('{"batch": "json"}'), ('{"batch": true}'),
+               ('{"batch": "array", "batch_size": 0}'), ('{"batch": "array", "batch_size": 1001}'),
+               ('{"batch": "cloudevents", "batch_max_bytes": 1023}'),
+               ('{"batch": "cloudevents", "batch_max_bytes": 16777217}'),
+               ('{"batch_size": 10}'), ('{"batch_max_bytes": 65536}')) AS t(o);
+BEGIN;
+INSERT INTO outbox.destinations (name, url, options) VALUES
+    ('do_batch_ce', 'http://127.0.0.1:9/', '{"batch": "cloudevents", "batch_size": 1000, "batch_max_bytes": 16777216}'),
+    ('do_batch_arr', 'http://127.0.0.1:9/', '{"batch": "array", "batch_size": 1, "batch_max_bytes": 1024}');
+SELECT name, options FROM outbox.destinations WHERE name LIKE 'do_batch%' ORDER BY name;
+ROLLBACK;
+
 -- each kind's required options and credentials
 SELECT try_hint($$INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES ('x', 'sns', 'https://sns.eu-west-1.amazonaws.com/', 'do_aws', '{"region": "eu-west-1"}')$$);
 SELECT try_hint($$INSERT INTO outbox.destinations (name, kind, url, options) VALUES ('x', 'sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', '{}')$$);
