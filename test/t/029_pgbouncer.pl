@@ -156,7 +156,12 @@ $s[1]->query_safe('COMMIT');
 emit_in($s[3], 4);
 $s[2]->query_safe('COMMIT');
 $s[3]->query_safe('ROLLBACK');
-$emitted{5} = pgb_sql(q{SELECT outbox.emit('order.created', '5', '{"order": 5}')});
+$emitted{5} = pgb_sql(q{
+	BEGIN;
+	INSERT INTO orders VALUES (5, 'psql');
+	SELECT outbox.emit('order.created', '5', '{"order": 5}');
+	COMMIT;
+});
 # a transaction that fails after its emit() is rolled back
 my ($rc, $out, $err) = $pgb->psql('postgres', q{
 	BEGIN;
@@ -195,7 +200,7 @@ ok($node->poll_query_until('postgres', q{
 	'a second client\'s claim of m-1 waits for the first transaction');
 $s[0]->query_safe('COMMIT');
 my ($answer, $pid) = split / /, pgb_finish($second);
-is($answer, 'f', 'it answers false once the first claim committed');
+is($answer, 'false', 'it answers false once the first claim committed');
 isnt($pid, $claim_pid, 'on another server connection');
 is(pgb_sql(q{SELECT inbox.claim('m-1', 'ledger')}), 'f', 'a later claim of m-1 by a third client: false');
 
