@@ -249,6 +249,40 @@ is(join(' ', map { pgb_finish($_) } @waiters), 'f f', 'the waiters time out: fal
 $node->safe_psql('postgres', q{SELECT outbox.resume('hook')});
 is(pgb_sql(qq{SELECT outbox.wait_published('$held', '60s')}), 't', 'after resume(): true');
 
+# a client that goes away while it waits (killed, or its own timeout):
+# PgBouncer closes that server connection, but the backend does not read
+# its socket while it waits and goes on until its timeout, outside the
+# pool (which has room for two others meanwhile) -- unless
+# client_connection_check_interval is set, which ends it within that
+# interval
+my $waiting = q{
+	SELECT count(*) FROM pg_stat_activity WHERE usename = 'app' AND state = 'active'
+	   AND query LIKE '%wait_published%'};
+$node->safe_psql('postgres', q{SELECT outbox.pause('hook')});
+$held = pgb_sql(q{SELECT outbox.emit('order.created', '12', '{"order": 12}')});
+my $gone = pgb_start(qq{SELECT outbox.wait_published('$held', '8s')});
+ok($node->poll_query_until('postgres', "SELECT ($waiting) = 1"), 'a client waits');
+$gone->{run}->kill_kill;
+sleep 2;
+is($node->safe_psql('postgres', $waiting), '1', 'the client went away: its wait goes on');
+$s[$_]->query_safe('BEGIN') for 0, 1;
+isnt($s[0]->query_safe('SELECT pg_backend_pid()'), $s[1]->query_safe('SELECT pg_backend_pid()'),
+	'while two other clients hold two server connections');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE usename = 'app'}), '3',
+	'so the server has more connections of app than the pool\'s two');
+$s[$_]->query_safe('COMMIT') for 0, 1;
+ok($node->poll_query_until('postgres', "SELECT ($waiting) = 0"), 'it ends at its timeout');
+$node->append_conf('postgresql.conf', "client_connection_check_interval = '500ms'\n");
+$node->reload;
+$gone = pgb_start(qq{SELECT outbox.wait_published('$held', '60s')});
+ok($node->poll_query_until('postgres', "SELECT ($waiting) = 1"), 'with client_connection_check_interval: a client waits');
+$gone->{run}->kill_kill;
+$t0 = time;
+ok($node->poll_query_until('postgres', "SELECT ($waiting) = 0"), 'the client went away: its wait ends');
+my $lingered = time - $t0;
+ok($lingered < 15, sprintf('soon (%.1f s, not the 60 s of its timeout)', $lingered));
+$node->safe_psql('postgres', q{SELECT outbox.resume('hook')});
+
 # session state: SET LOCAL outbox.traceparent ends with the transaction;
 # a plain SET stays on whichever server connection ran it, for the next
 # clients that get it.  Run in two transactions held at once, each SET
