@@ -69,7 +69,6 @@ listen_port = $port
 unix_socket_dir = $host
 auth_type = trust
 auth_file = $dir/userlist.txt
-admin_users = postgres
 pool_mode = transaction
 default_pool_size = $POOL_SIZE
 reserve_pool_size = 0
@@ -80,8 +79,9 @@ pidfile = $dir/pgbouncer.pid
 # 1.21 and later keep track of protocol-level named prepared statements
 print $fh "max_prepared_statements = 100\n" if $named_supported;
 close $fh;
-my $pgb_out = '';
-my $pgb_run = IPC::Run::start([ $PGBOUNCER, "$dir/pgbouncer.ini" ], '>', \$pgb_out, '2>', \$pgb_out);
+# -q: the log goes to the logfile only (nobody reads a pipe while it runs)
+my $pgb_run = IPC::Run::start([ $PGBOUNCER, '-q', "$dir/pgbouncer.ini" ],
+	'>', "$dir/pgbouncer.out", '2>&1');
 END { $pgb_run->kill_kill if $pgb_run && $pgb_run->pumpable; }
 note("PgBouncer $version on port $port");
 
@@ -91,13 +91,13 @@ my $pgb = PostgreSQL::Test::Cluster->new('pgbouncer', port => $port);
 ok(wait_until(sub {
 	my ($rc) = $pgb->psql('postgres', 'SELECT 1', timeout => 10);
 	return defined $rc && $rc == 0; }, 30), 'PgBouncer accepts connections')
-  or BAIL_OUT("PgBouncer did not start: $pgb_out");
+  or BAIL_OUT('PgBouncer did not start: ' . slurp_file("$dir/pgbouncer.out"));
 
-# a statement through PgBouncer (as app unless another user is given)
+# a statement through PgBouncer, as app
 sub pgb_sql
 {
-	my ($sql, $user) = @_;
-	return $pgb->safe_psql('postgres', $sql, timeout => 120, extra_params => [ '-U', $user // 'app' ]);
+	my ($sql) = @_;
+	return $pgb->safe_psql('postgres', $sql, timeout => 120, extra_params => [ '-U', 'app' ]);
 }
 
 # a session through PgBouncer
@@ -237,7 +237,7 @@ note(sprintf('wait_published() waited %.1f s', $waiter->{elapsed}));
 # and a third client's statement waits in PgBouncer until one of them ends
 $node->safe_psql('postgres', q{SELECT outbox.pause('hook')});
 $held = pgb_sql(q{SELECT outbox.emit('order.created', '8', '{"order": 8}')});
-my @waiters = map { pgb_start(qq{SELECT outbox.wait_published('$held', '4s')}) } 1 .. 2;
+my @waiters = map { pgb_start(qq{SELECT outbox.wait_published('$held', '6s')}) } 1 .. 2;
 ok($node->poll_query_until('postgres', q{
 	SELECT count(*) = 2 FROM pg_stat_activity WHERE usename = 'app' AND state = 'active'
 	   AND query LIKE '%wait_published%'}), 'two wait_published() calls hold both server connections');
@@ -260,7 +260,7 @@ my $waiting = q{
 	   AND query LIKE '%wait_published%'};
 $node->safe_psql('postgres', q{SELECT outbox.pause('hook')});
 $held = pgb_sql(q{SELECT outbox.emit('order.created', '12', '{"order": 12}')});
-my $gone = pgb_start(qq{SELECT outbox.wait_published('$held', '8s')});
+my $gone = pgb_start(qq{SELECT outbox.wait_published('$held', '10s')});
 ok($node->poll_query_until('postgres', "SELECT ($waiting) = 1"), 'a client waits');
 $gone->{run}->kill_kill;
 sleep 2;
