@@ -4,13 +4,14 @@
 # events only; inbox.claim() dedupes across client connections that run on
 # different server connections, and a rolled-back claim can be claimed
 # again; wait_published() returns when the event is delivered, and holds
-# its server connection while it waits; an ordered destination's
-# per-aggregate lock works across server connections; a session-level SET
-# (here outbox.traceparent) stays on the server connection and reaches
-# other clients, SET LOCAL does not; the TypeScript client (clients/node)
-# emits, claims and waits through PgBouncer, and node-postgres's named
-# prepared statements work only where PgBouncer supports them (1.21 and
-# later, with max_prepared_statements).
+# its server connection while it waits, also after its client went away; a
+# destination and route created over a direct connection reach the pooled
+# server connections, and an ordered destination's per-aggregate lock
+# works across them; a session-level SET (here outbox.traceparent) stays
+# on the server connection and reaches other clients, SET LOCAL does not;
+# the TypeScript client (clients/node) emits, claims and waits through
+# PgBouncer, and node-postgres's named prepared statements work only where
+# PgBouncer supports them (1.21 and later, with max_prepared_statements).
 use strict;
 use warnings;
 use Cwd qw(abs_path);
@@ -319,21 +320,25 @@ is($node->safe_psql('postgres', qq{SELECT traceparent FROM outbox.events WHERE i
 ok(wait_until(sub { my $r = sink_ids($sink); $r->{$tp_id} && $r->{$other} }, 60), 'both delivered');
 my %tp = map { $_->{id} => $_->{headers}{traceparent} } sink_records($sink);
 is($tp{$tp_id}, $tp_local, 'the SET LOCAL trace context was sent');
-# per-aggregate ordering: emit() serialises an aggregate's emits with a
-# lock that ends with the transaction, so through PgBouncer too a second
-# client's emit() for the aggregate waits for the first transaction (on
-# the other server connection), and the events arrive in emit order
+# configuration made over a direct connection reaches the pooled server
+# connections, which cached the routes when they emitted above (both did,
+# in the two transactions held at once); and per-aggregate ordering:
+# emit() serialises an aggregate's emits with a lock that ends with the
+# transaction, so through PgBouncer too a second client's emit() for the
+# aggregate waits for the first transaction (on the other server
+# connection), and the events arrive in emit order
 $node->safe_psql('postgres', qq{
 	INSERT INTO outbox.destinations (name, url, options)
 	VALUES ('ordered', '$sink->{url}/ok/ordered', '{"ordering": "aggregate"}');
+	INSERT INTO outbox.routes (pattern, destination) VALUES ('acct.*', 'ordered');
 });
 $s[0]->query_safe('BEGIN');
-my $a1 = $s[0]->query_safe(q{SELECT outbox.emit('acct.changed', 'acct-1', '{"n": 1}', destination => 'ordered')});
-my $later = pgb_start(q{SELECT outbox.emit('acct.changed', 'acct-1', '{"n": 2}', destination => 'ordered')});
+my $a1 = $s[0]->query_safe(q{SELECT outbox.emit('acct.changed', 'acct-1', '{"n": 1}')});
+my $later = pgb_start(q{SELECT outbox.emit('acct.changed', 'acct-1', '{"n": 2}')});
 ok($node->poll_query_until('postgres', q{
 	SELECT count(*) = 1 FROM pg_stat_activity WHERE usename = 'app' AND wait_event_type = 'Lock'
 	   AND query LIKE '%acct-1%'}),
-	'ordered destination: a second client\'s emit() for the aggregate waits for the first transaction');
+	'routed to the new ordered destination, a second client\'s emit() for the aggregate waits for the first transaction');
 $s[0]->query_safe('COMMIT');
 my $a2 = pgb_finish($later);
 ok($a1 lt $a2, 'and its message id is the later one');
