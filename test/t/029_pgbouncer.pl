@@ -78,6 +78,7 @@ logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 };
 # 1.21 and later keep track of protocol-level named prepared statements
+# (older ones refuse to start with the setting)
 print $fh "max_prepared_statements = 100\n" if $named_supported;
 close $fh;
 # -q: the log goes to the logfile only (nobody reads a pipe while it runs)
