@@ -85,7 +85,7 @@ static bool webhook_decode_secret(const char *secret, StringInfo key);
 typedef struct WebhookTarget
 {
 	bool		structured;		/* CloudEvents structured mode */
-	bool		avoid_encoding; /* percent_encoding = 'avoid' */
+	bool		avoid_encoding;	/* percent_encoding = 'avoid' */
 	const char *source;			/* ce-source */
 	List	   *headers;		/* "Name: value" strings */
 	List	   *signing_keys;	/* StringInfo of raw key bytes */
