@@ -111,9 +111,9 @@ ce_needs_encoding(const char *value)
 
 /*
  * Is this event sent in structured mode?  Always with format =
- * 'structured'; with percent_encoding = 'avoid', when a ce-* header of
- * binary mode would be percent-encoded (id and time never are; a
- * traceparent is checked by emit() to be lower-case hex and dashes).
+ * 'structured'; with percent_encoding = 'avoid', when any ce-* header of
+ * binary mode would be percent-encoded (in practice type, source or
+ * subject: a UUID, an RFC 3339 time and a W3C traceparent need none).
  */
 static bool
 webhook_structured(const WebhookTarget *t, const OutboxMessage *ev)
