@@ -4,15 +4,39 @@
  *		  The webhook wire format: CloudEvents 1.0 over HTTP, optionally
  *		  signed the Standard Webhooks way.
  *
- * Binary mode (default): the body is the payload, Content-Type is
- * application/json, and the attributes travel as ce-* headers (ce-id,
- * ce-specversion, ce-type, ce-source, ce-subject, ce-time; no
- * ce-datacontenttype since Content-Type carries it).  Header values are
- * percent-encoded outside printable ASCII, and '"', '%' and space, as the
- * CloudEvents HTTP binding asks.
+ * Binary mode (format = 'binary', the default): the body is the payload,
+ * Content-Type is application/json, and the attributes travel as ce-*
+ * headers (ce-id, ce-specversion, ce-type, ce-source, ce-subject,
+ * ce-time; no ce-datacontenttype since Content-Type carries it).  Header
+ * values are percent-encoded outside printable ASCII, and '"', '%' and
+ * space, as the CloudEvents HTTP binding asks.
  *
- * Structured mode: the body is the whole event as
- * application/cloudevents+json with the payload under "data".
+ * Structured mode (format = 'structured'): the body is the whole event as
+ * application/cloudevents+json with the payload under "data"
+ * (cloudevents.c); attribute values are JSON strings, never encoded.
+ *
+ * Percent-encoding (options.percent_encoding, binary mode only): the
+ * binding leaves decoding to the receiver, and not every receiver does it:
+ * the JavaScript SDK (npm cloudevents, HTTP.toEvent) hands a subject
+ * "café" sent as "caf%C3%A9" to the application as "caf%C3%A9"
+ * (test/t/054_cloudevents_sdk.pl shows it).  So:
+ *	- 'allow' (the default, what every release before did): every event in
+ *	  binary mode, ce-* values percent-encoded where needed.  The body is
+ *	  always the bare payload: for receivers that read the body as their
+ *	  payload (a plain HTTP handler, a Standard Webhooks verifier) and for
+ *	  SDKs that decode ce-* values as the binding asks.
+ *	- 'avoid': an event whose type, source or subject would need
+ *	  percent-encoding is sent in structured mode instead, the others in
+ *	  binary mode.  For receivers that tell the mode by Content-Type, as
+ *	  a CloudEvents SDK's HTTP reader does: the JavaScript SDK then reads
+ *	  the exact text.  Not for a receiver that reads the body as the
+ *	  payload: the body's shape would depend on the data.
+ *	- format = 'structured' sends every event as a whole: for receivers
+ *	  that read the envelope themselves, or any SDK; the option has no
+ *	  effect there.
+ * The default stays 'allow' because the format column cannot tell a
+ * destination that chose binary from one that kept the default, and
+ * 'binary' must keep meaning a body that is the payload.
  *
  * In both modes: Idempotency-Key and ce-id are the message id; traceparent
  * (and ce-traceparent) carry the trace context captured at emit time.
@@ -95,6 +119,7 @@ typedef struct WebhookTarget
 	int			batch_size;		/* events per request, when batched */
 	int			batch_max_bytes;	/* body bytes per request, when batched */
 	bool		structured;		/* CloudEvents structured mode */
+	bool		avoid_encoding;	/* percent_encoding = 'avoid' */
 	const char *source;			/* ce-source */
 	List	   *headers;		/* "Name: value" strings */
 	List	   *signing_keys;	/* StringInfo of raw key bytes */
@@ -106,6 +131,35 @@ static bool
 ce_header_keeps(unsigned char c)
 {
 	return c > 0x20 && c < 0x7f && c != '"' && c != '%';
+}
+
+/* Does binary mode percent-encode any of this value? */
+static bool
+ce_needs_encoding(const char *value)
+{
+	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
+		if (!ce_header_keeps(*p))
+			return true;
+	return false;
+}
+
+/*
+ * Is this event sent in structured mode?  Always with format =
+ * 'structured'; with percent_encoding = 'avoid', when any ce-* header of
+ * binary mode would be percent-encoded (in practice type, source or
+ * subject: a UUID, an RFC 3339 time and a W3C traceparent need none).
+ */
+static bool
+webhook_structured(const WebhookTarget *t, const OutboxMessage *ev)
+{
+	if (t->structured)
+		return true;
+	if (!t->avoid_encoding)
+		return false;
+	return ce_needs_encoding(ev->type) || ce_needs_encoding(t->source) ||
+		(ev->aggregate_id && ce_needs_encoding(ev->aggregate_id)) ||
+		ce_needs_encoding(ev->id) || ce_needs_encoding(ev->time) ||
+		(ev->traceparent && ce_needs_encoding(ev->traceparent));
 }
 
 /* "name: value", copied by curl */
@@ -193,8 +247,8 @@ static void *
 webhook_load(const DestinationConfig *config)
 {
 	WebhookTarget *t = palloc0(sizeof(WebhookTarget));
-	const char *source = OutboxJsonbOption(config->def->options, "source");
 	const char *batch = OutboxJsonbOption(config->def->options, "batch");
+	const char *encoding = DestinationOptionText(config->def, "percent_encoding");
 	const char *v;
 	ListCell   *lc;
 
@@ -210,9 +264,10 @@ webhook_load(const DestinationConfig *config)
 	if ((v = OutboxJsonbOption(config->def->options, "batch_max_bytes")) != NULL)
 		t->batch_max_bytes = Max(1024, Min(WEBHOOK_MAX_BATCH_BYTES, atoi(v)));
 	t->structured = config->structured;
+	t->avoid_encoding = (encoding != NULL && strcmp(encoding, "avoid") == 0);
 	t->headers = config->header_lines;
 	t->bearer_token = config->bearer_token;
-	t->source = source ? source : psprintf("urn:outbox_pg:%s", config->database);
+	t->source = CloudEventSource(config);
 	foreach(lc, config->signing_secrets)
 	{
 		StringInfo	key = makeStringInfo();
@@ -223,34 +278,6 @@ webhook_load(const DestinationConfig *config)
 		t->signing_keys = lappend(t->signing_keys, key);
 	}
 	return t;
-}
-
-/* One event in structured mode: a JSON object with the payload as data. */
-static void
-append_structured_event(StringInfo buf, const WebhookTarget *t,
-						const OutboxMessage *ev)
-{
-	appendStringInfoString(buf, "{\"specversion\":\"1.0\",\"id\":");
-	escape_json(buf, ev->id);
-	appendStringInfoString(buf, ",\"source\":");
-	escape_json(buf, t->source);
-	appendStringInfoString(buf, ",\"type\":");
-	escape_json(buf, ev->type);
-	if (ev->aggregate_id)
-	{
-		appendStringInfoString(buf, ",\"subject\":");
-		escape_json(buf, ev->aggregate_id);
-	}
-	appendStringInfoString(buf, ",\"time\":");
-	escape_json(buf, ev->time);
-	if (ev->traceparent)
-	{
-		appendStringInfoString(buf, ",\"traceparent\":");
-		escape_json(buf, ev->traceparent);
-	}
-	appendStringInfoString(buf, ",\"datacontenttype\":\"application/json\",\"data\":");
-	appendStringInfoString(buf, ev->payload);
-	appendStringInfoChar(buf, '}');
 }
 
 /* One event in a plain array batch. */
@@ -280,18 +307,19 @@ append_array_event(StringInfo buf, const OutboxMessage *ev)
 
 /* The body: the payload (binary mode) or the whole event (structured). */
 static void
-webhook_body(const WebhookTarget *t, const OutboxMessage *ev, HttpRequest *req)
+webhook_body(const WebhookTarget *t, const OutboxMessage *ev, bool structured,
+			 HttpRequest *req)
 {
 	StringInfoData buf;
 
-	if (!t->structured)
+	if (!structured)
 	{
 		req->body = ev->payload;
 		req->body_len = strlen(ev->payload);
 		return;
 	}
 	initStringInfo(&buf);
-	append_structured_event(&buf, t, ev);
+	CloudEventAppendJson(&buf, ev, t->source);
 	req->body = buf.data;
 	req->body_len = buf.len;
 }
@@ -320,7 +348,7 @@ webhook_batch_body(const WebhookTarget *t, OutboxMessage *const *msgs, int n,
 		if (k > 0)
 			appendStringInfoChar(&buf, ',');
 		if (t->batch == WEBHOOK_BATCH_CLOUDEVENTS)
-			append_structured_event(&buf, t, ev);
+			CloudEventAppendJson(&buf, ev, t->source);
 		else
 			append_array_event(&buf, ev);
 		if (k > 0 && buf.len + 1 > t->batch_max_bytes)
@@ -434,11 +462,12 @@ webhook_build_request(void *target, OutboxMessage *const *msgs, int n,
 {
 	const WebhookTarget *t = (const WebhookTarget *) target;
 	const OutboxMessage *ev = msgs[0];
+	bool		structured = webhook_structured(t, ev);
 
 	if (t->batch != WEBHOOK_BATCH_NONE)
 		return webhook_build_batch(t, msgs, n, req);
-	webhook_body(t, ev, req);
-	if (t->structured)
+	webhook_body(t, ev, structured, req);
+	if (structured)
 		HttpRequestAddHeader(req, "Content-Type: application/cloudevents+json; charset=utf-8");
 	else
 	{
@@ -500,12 +529,14 @@ webhook_classify(void *target, const HttpRequest *req,
 static const DestinationOption webhook_options[] =
 {
 	{"source", DEST_OPTION_STRING, false},	/* ce-source */
+	{"percent_encoding", DEST_OPTION_STRING, false},	/* allow | avoid */
 	{"batch", DEST_OPTION_STRING, false},
 	{"batch_size", DEST_OPTION_NUMBER, false},
 	{"batch_max_bytes", DEST_OPTION_NUMBER, false},
 	{NULL}
 };
 
+static const char *const webhook_percent_encodings[] = {"allow", "avoid", NULL};
 static const char *const webhook_batch_choices[] = {"cloudevents", "array", NULL};
 
 /*
@@ -516,7 +547,6 @@ static const char *const webhook_batch_choices[] = {"cloudevents", "array", NULL
 static void
 webhook_validate(const DestinationDefinition *def)
 {
-	const char *source = DestinationOptionText(def, "source");
 	ListCell   *lc;
 
 	foreach(lc, def->signing_secrets)
@@ -553,6 +583,8 @@ webhook_validate(const DestinationDefinition *def)
 						 errdetail("The token is sent on the Authorization header line.")));
 	}
 
+	CloudEventCheckSource(def);
+	DestinationCheckChoice(def, "percent_encoding", webhook_percent_encodings);
 	DestinationCheckChoice(def, "batch", webhook_batch_choices);
 	DestinationCheckInteger(def, "batch_size", 1, WEBHOOK_MAX_BATCH,
 							"A batch carries at most 1000 events.");
@@ -571,12 +603,6 @@ webhook_validate(const DestinationDefinition *def)
 					 errhint("Set batch to 'cloudevents' or 'array' to send events in batches.")));
 	}
 
-	if (source != NULL && source[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("option source of destination \"%s\" must not be empty",
-						def->name),
-				 errhint("Remove the option to send the default, urn:outbox_pg:DATABASE.")));
 }
 
 const DestinationRoutine webhook_routine =

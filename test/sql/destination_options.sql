@@ -100,6 +100,31 @@ INSERT INTO outbox.destinations (name, url, options) VALUES
 SELECT name, options FROM outbox.destinations WHERE name LIKE 'do_batch%' ORDER BY name;
 ROLLBACK;
 
+-- CloudEvents: a webhook's percent_encoding (allow or avoid); SNS and SQS
+-- send the payload or a CloudEvent as the body, with its source
+SELECT n, o AS options, try_hint(format($$INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES (%L, %L, %L, %L, %L)$$, 'ce' || n, k, u, c, o))
+  FROM (SELECT row_number() OVER () AS n, * FROM (VALUES
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encoding": "allow"}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encoding": "avoid", "source": "urn:café"}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encoding": "auto"}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encoding": "AVOID"}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encoding": false}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encodng": "avoid"}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"body": "cloudevents"}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"body": "payload"}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"body": "cloudevents", "source": "urn:shop"}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"body": "structured"}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"body": {"format": "cloudevents"}}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"body": "cloudevents", "source": ""}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"percent_encoding": "avoid"}'),
+    ('sns', 'https://sns.eu-west-1.amazonaws.com/', 'do_aws', '{"topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "body": "cloudevents"}'),
+    ('sns', 'https://sns.eu-west-1.amazonaws.com/', 'do_aws', '{"topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "body": "CloudEvents"}'),
+    ('sns', 'https://sns.eu-west-1.amazonaws.com/', 'do_aws', '{"topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "bdy": "cloudevents"}'),
+    ('rabbitmq', 'http://127.0.0.1:15672', 'do_rmq', '{"body": "cloudevents"}')) AS v(k, u, c, o)) AS t
+ ORDER BY n;
+SELECT name, kind, options FROM outbox.destinations WHERE name ~ '^ce[0-9]+$' ORDER BY name;
+DELETE FROM outbox.destinations WHERE name ~ '^ce[0-9]+$';
+
 -- each kind's required options and credentials
 SELECT try_hint($$INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES ('x', 'sns', 'https://sns.eu-west-1.amazonaws.com/', 'do_aws', '{"region": "eu-west-1"}')$$);
 SELECT try_hint($$INSERT INTO outbox.destinations (name, kind, url, options) VALUES ('x', 'sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', '{}')$$);
