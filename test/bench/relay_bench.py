@@ -14,7 +14,11 @@ each request.  On a throwaway cluster:
   (c) the same two figures for the reference poller.
 
 Environment: BENCH_EVENTS (100000), BENCH_LATENCY_EVENTS (1000),
-BENCH_WORKERS (1).  A benchmark, not a test.
+BENCH_WORKERS (1), BENCH_TXN_EVENTS (events per emitting transaction in
+(a); default all of them in one), BENCH_DEST_OPTIONS (the destination's
+options, e.g. '{"batch": "cloudevents"}' for batched webhooks; batches
+carry no ce-id header, so (b) reports no latency then).  A benchmark, not
+a test.
 """
 import glob
 import os
@@ -35,6 +39,8 @@ N = int(os.environ.get("BENCH_EVENTS", "100000"))
 M = int(os.environ.get("BENCH_LATENCY_EVENTS", "1000"))
 WORKERS = int(os.environ.get("BENCH_WORKERS", "1"))
 PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benchmark payment"}'
+TXN_EVENTS = int(os.environ.get("BENCH_TXN_EVENTS", "0")) or N
+DEST_OPTIONS = os.environ.get("BENCH_DEST_OPTIONS") or "{}"
 
 
 def free_port():
@@ -105,6 +111,8 @@ def cpu_seconds(pid):
 
 def pct(values, p):
     values = sorted(values)
+    if not values:
+        return float("nan")
     return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
 
 
@@ -146,7 +154,7 @@ def main():
         cur = conn.cursor()
         cur.execute(f"""
 CREATE EXTENSION outbox_pg;
-INSERT INTO outbox.destinations (name, url, max_concurrency, paused) VALUES ('bench', '{url}', 256, true);
+INSERT INTO outbox.destinations (name, url, max_concurrency, paused, options) VALUES ('bench', '{url}', 256, true, '{DEST_OPTIONS}');
 INSERT INTO outbox.routes (pattern, destination) VALUES ('*', 'bench');
 CREATE TABLE app_outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), type text NOT NULL,
                          payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -156,7 +164,9 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         time.sleep(2)
 
         # (a) outbox_pg throughput
-        cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{PAYLOAD}')) FROM generate_series(1, {N}) g")
+        for first in range(0, N, TXN_EVENTS):
+            cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{PAYLOAD}')) "
+                        f"FROM generate_series(1, {min(TXN_EVENTS, N - first)}) g")
         relay_pid = None
         for _ in range(200):
             cur.execute("SELECT pid FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL ORDER BY worker LIMIT 1")
