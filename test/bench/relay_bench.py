@@ -11,7 +11,13 @@ each request.  On a throwaway cluster:
   (b) latency: M single events, each committed on its own, spaced apart,
       with outbox.poll_interval = 60s so only the commit wake-up counts;
       commit-to-sink = nginx arrival time - the moment COMMIT was sent;
-  (c) the same two figures for the reference poller.
+  (c) the same two figures for the reference poller;
+  (d) the database's own drain limit in the same run: the same backlog
+      claimed and acknowledged by a server-side procedure through the
+      relay's own store functions (outbox._claim, outbox._claim_ack), up
+      to 256 events per claim, committed per claim, with the relay's session
+      settings (generic plans, synchronous_commit off), no HTTP: what the
+      relay could reach if sending cost nothing.
 
 Environment: BENCH_EVENTS (100000), BENCH_LATENCY_EVENTS (1000),
 BENCH_WORKERS (1), BENCH_TXN_EVENTS (events per emitting transaction in
@@ -238,6 +244,34 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         arr = arrivals(tmp)
         lat = [(arr[k] - v) * 1000 for k, v in lat_ids.items() if k in arr]
         results["app_lat"] = (pct(lat, 50), pct(lat, 99), len(lat))
+        # (d) the database's drain limit: the same backlog, claimed and
+        # acknowledged by a procedure, the destination paused for the relay
+        cur.execute("UPDATE outbox.destinations SET paused = true")
+        for first in range(0, N, TXN_EVENTS):
+            cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{PAYLOAD}')) "
+                        f"FROM generate_series(1, {min(TXN_EVENTS, N - first)}) g")
+        cur.execute("""
+CREATE PROCEDURE bench_sql_drain(INOUT drained bigint DEFAULT 0) LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+    s bigint;
+BEGIN
+    LOOP
+        SELECT count(*), max(c.seq) INTO n, s FROM outbox._claim(256, '60 s', 'bench') AS c;
+        EXIT WHEN s IS NULL;
+        PERFORM outbox._claim_ack('bench', s);
+        drained := drained + n;
+        COMMIT;
+    END LOOP;
+END $$""")
+        # the relay's own session settings (relay.c), so that only HTTP differs
+        cur.execute("SET plan_cache_mode = force_generic_plan")
+        cur.execute("SET synchronous_commit = off")
+        t0 = time.time()
+        cur.execute("CALL bench_sql_drain()")
+        drained = cur.fetchone()[0]
+        results["sql_eps"] = drained / (time.time() - t0)
+        print(f"  SQL drain: {drained} events in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
         subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
@@ -254,6 +288,8 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
     print(f"| commit-to-sink p99 (ms) | {r['relay_lat'][1]:.1f} | {r['app_lat'][1]:.1f} | {r['app_lat'][1] / max(r['relay_lat'][1], 0.01):.0f}x faster |")
     print()
     print(f"relay workers' CPU per event (user + system, all workers): {r['relay_cpu_us']:.0f} µs")
+    print(f"the database's own drain limit, same run (claim + acknowledge by a procedure, no HTTP): "
+          f"{r['sql_eps']:.0f} events/s; the relay reached {r['relay_eps'] / r['sql_eps']:.2f}x of it")
     print(f"relay worker private memory (RssAnon, kB) at start / middle / end of the {N} events: {r['rss'][0]} / {r['rss'][1]} / {r['rss'][2]}")
 
 
