@@ -17,7 +17,9 @@ MODULE_big = outbox_pg
 OBJS = $(patsubst $(srcdir)/%.c,%.o,$(sort $(wildcard $(srcdir)/src/*.c $(srcdir)/src/*/*.c)))
 
 EXTENSION = outbox_pg
-DATA = $(wildcard sql/outbox_pg--*.sql)
+# relative to the source directory, which a VPATH build (pg_buildext,
+# debian/rules) is not in
+DATA = $(patsubst $(srcdir)/%,%,$(wildcard $(srcdir)/sql/outbox_pg--*.sql))
 PGFILEDESC = "outbox_pg - transactional outbox with an in-server relay"
 
 SHLIB_LINK += $(shell curl-config --libs) -lrdkafka
@@ -43,6 +45,15 @@ include $(PGXS)
 # every object is rebuilt when any of our headers changes, so a tree built
 # before a pull never links objects that disagree on a shared struct.
 $(OBJS): $(wildcard $(srcdir)/src/*.h $(srcdir)/src/*/*.h)
+
+# A VPATH build (pg_buildext, as debian/rules runs it, in a directory per
+# major) writes each object and bitcode file under its own directory's
+# src/: those directories are made first (in the source tree they exist).
+# Absolute names, or make would find the source tree's through VPATH.
+OBJDIRS := $(patsubst %/,%,$(addprefix $(CURDIR)/,$(sort $(dir $(OBJS)))))
+$(OBJS) $(OBJS:.o=.bc): | $(OBJDIRS)
+$(OBJDIRS):
+	$(MKDIR_P) $@
 
 .PHONY: bench
 bench:

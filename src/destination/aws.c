@@ -50,6 +50,13 @@
  * relay's own attributes, is rejected before sending (dead letter, with
  * the reason): the relay never drops or renames a header silently.
  *
+ * Body.  The message body is the payload (options.body = 'payload', the
+ * default) or the whole event as a CloudEvents JSON object
+ * (options.body = 'cloudevents', cloudevents.c: id, source, type, subject,
+ * time, traceparent, and the payload under "data"), so that a consumer
+ * reads the event's metadata without asking for message attributes.  The
+ * attributes are the same either way.
+ *
  * This file is a library for sns.c and sqs.c (aws.h); it knows nothing
  * of delivery or the registry.
  *
@@ -273,6 +280,9 @@ AwsLoadTarget(const DestinationConfig *config, const char *service)
 	t->group_key = OutboxJsonbOption(def->options, "message_group_key");
 	if (t->group_key == NULL)
 		t->group_key = "aggregate_id";
+	v = OutboxJsonbOption(def->options, "body");
+	t->cloudevents = (v != NULL && strcmp(v, "cloudevents") == 0);
+	t->source = CloudEventSource(config);
 	if (cred != NULL)
 	{
 		t->access_key_id = cred->aws_access_key_id;
@@ -334,12 +344,35 @@ aws_attribute_name_valid(const char *name)
 	return true;
 }
 
-/* The size AWS counts: the body plus every attribute's name, type, value. */
+/*
+ * The message body: the payload, or the event as a CloudEvent (a new
+ * string in the current memory context).
+ */
+const char *
+AwsMessageBody(const AwsTarget *t, const OutboxMessage *msg)
+{
+	StringInfoData buf;
+
+	if (!t->cloudevents)
+		return msg->payload;
+	initStringInfo(&buf);
+	CloudEventAppendJson(&buf, msg, t->source);
+	return buf.data;
+}
+
+/*
+ * The size AWS counts: the body as sent (the CloudEvent, when the body is
+ * one) plus every attribute's name, type and value.
+ */
 static size_t
-aws_message_size(const OutboxMessage *msg)
+aws_message_size(const AwsTarget *t, const OutboxMessage *msg)
 {
 	AwsAttributes attrs;
-	size_t		size = strlen(msg->payload);
+	const char *body = AwsMessageBody(t, msg);
+	size_t		size = strlen(body);
+
+	if (body != msg->payload)
+		pfree((char *) body);
 
 	AwsMessageAttributes(msg, &attrs);
 	for (int i = 0; i < attrs.n; i++)
@@ -381,7 +414,7 @@ AwsReject(void *target, const OutboxMessage *msg)
 			return psprintf("header \"%s\" is empty, and %s message attributes cannot be; not sent",
 							h->name, t->service_name);
 	}
-	size = aws_message_size(msg);
+	size = aws_message_size(t, msg);
 	if (size > t->max_bytes)
 		return psprintf("message too large for %s: %zu bytes with its attributes, the limit is %zu; not sent",
 						t->service_name, size, t->max_bytes);
@@ -400,7 +433,7 @@ AwsBatchSize(const AwsTarget *t, OutboxMessage *const *msgs, int n)
 
 	while (k < n && k < t->batch_size)
 	{
-		size_t		size = aws_message_size(msgs[k]);
+		size_t		size = aws_message_size(t, msgs[k]);
 
 		if (k > 0 && total + size > t->max_bytes)
 			break;

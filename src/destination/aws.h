@@ -37,6 +37,8 @@ typedef struct AwsTarget
 	const char *queue_url;		/* SQS */
 	bool		fifo;
 	const char *group_key;		/* aggregate_id | type | destination */
+	bool		cloudevents;	/* body = 'cloudevents': the body is the event */
+	const char *source;			/* its source (cloudevents.c) */
 	const char *access_key_id;
 	const char *secret_access_key;
 	const char *session_token;
@@ -56,6 +58,7 @@ extern AwsTarget *AwsLoadTarget(const DestinationConfig *config,
 extern const char *AwsRegion(const char *region, const char *url,
 							 const char *arn);
 extern const char *AwsReject(void *target, const OutboxMessage *msg);
+extern const char *AwsMessageBody(const AwsTarget *t, const OutboxMessage *msg);
 extern int	AwsBatchSize(const AwsTarget *t, OutboxMessage *const *msgs, int n);
 extern void AwsMessageAttributes(const OutboxMessage *msg, AwsAttributes *attrs);
 extern char *AwsGroupId(const AwsTarget *t, const OutboxMessage *msg);

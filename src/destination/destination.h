@@ -290,6 +290,10 @@ extern void DestinationCheckInteger(const DestinationDefinition *def,
 extern void DestinationCheckNoQuery(const DestinationDefinition *def,
 									const char *hint);
 
-/* webhook.c */
+/* cloudevents.c */
+extern const char *CloudEventSource(const DestinationConfig *config);
+extern void CloudEventAppendJson(StringInfo buf, const OutboxMessage *msg,
+								 const char *source);
+extern void CloudEventCheckSource(const DestinationDefinition *def);
 
 #endif							/* OUTBOX_DESTINATION_H */

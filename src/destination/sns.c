@@ -16,7 +16,8 @@
  * message id (a UUID: letters, digits and hyphens, as Ids must be).
  *
  * Every message carries:
- *	- Message: the payload (JSON text);
+ *	- Message: the payload (JSON text), or with options.body =
+ *	  'cloudevents' the event as a CloudEvents JSON object (aws.c);
  *	- MessageAttributes: event_type, message_id, and when present
  *	  aggregate_id and traceparent, then the per-event headers (String
  *	  attributes; aws.c says when headers make a message unsendable);
@@ -24,7 +25,7 @@
  *	  MessageDeduplicationId = message id, so a re-send within SNS's
  *	  deduplication window is not delivered twice.
  *
- * Size: SNS counts the message and its attributes (names, types and
+ * Size: SNS counts the message as sent and its attributes (names, types and
  * values) against 256 KiB, for one message and for a whole batch.
  *
  * Response: Publish answers 200 with a PublishResult; PublishBatch
@@ -75,7 +76,7 @@ sns_append_entry(StringInfo buf, const AwsTarget *t,
 	AwsAttributes attrs;
 
 	AwsMessageAttributes(msg, &attrs);
-	append_param(buf, prefix, "Message", msg->payload);
+	append_param(buf, prefix, "Message", AwsMessageBody(t, msg));
 	for (int i = 0; i < attrs.n; i++)
 	{
 		char	   *attr = psprintf("%sMessageAttributes.entry.%d.", prefix, i + 1);
@@ -285,10 +286,13 @@ static const DestinationOption sns_options[] =
 	{"fifo", DEST_OPTION_BOOLEAN, false},
 	{"message_group_key", DEST_OPTION_STRING, false},
 	{"batch_size", DEST_OPTION_NUMBER, false},
+	{"body", DEST_OPTION_STRING, false},	/* payload | cloudevents */
+	{"source", DEST_OPTION_STRING, false},	/* the CloudEvent's source */
 	{NULL}
 };
 
 static const char *const sns_group_keys[] = {"aggregate_id", "type", "destination", NULL};
+static const char *const sns_bodies[] = {"payload", "cloudevents", NULL};
 
 static void
 sns_validate(const DestinationDefinition *def)
@@ -315,6 +319,8 @@ sns_validate(const DestinationDefinition *def)
 	DestinationCheckChoice(def, "message_group_key", sns_group_keys);
 	DestinationCheckInteger(def, "batch_size", 1, AWS_MAX_BATCH,
 							"PublishBatch takes at most 10 entries; 1 sends every message on its own.");
+	DestinationCheckChoice(def, "body", sns_bodies);
+	CloudEventCheckSource(def);
 }
 
 const DestinationRoutine sns_routine =

@@ -11,7 +11,8 @@
  * service "sqs" (aws.c).  Non-ASCII text travels as UTF-8 in the JSON.
  *
  * Every message carries:
- *	- MessageBody: the payload (JSON text);
+ *	- MessageBody: the payload (JSON text), or with options.body =
+ *	  'cloudevents' the event as a CloudEvents JSON object (aws.c);
  *	- MessageAttributes: event_type, message_id, and when present
  *	  aggregate_id and traceparent, then the per-event headers
  *	  ({"DataType": "String", "StringValue"}; aws.c says when headers make
@@ -19,7 +20,7 @@
  *	- on FIFO queues: MessageGroupId (aws.c) and MessageDeduplicationId =
  *	  message id, so SQS drops a re-send within its deduplication window.
  *
- * Size: the body and the attributes (names, types, values) count against
+ * Size: the body as sent and the attributes (names, types, values) count against
  * SQS's 1 MiB, for one message and for a whole batch.
  *
  * Response: SendMessage answers 200 with a MessageId.  SendMessageBatch
@@ -68,7 +69,7 @@ sqs_append_message(StringInfo buf, const AwsTarget *t,
 
 	AwsMessageAttributes(msg, &attrs);
 	appendStringInfoString(buf, "\"MessageBody\":");
-	escape_json(buf, msg->payload);
+	escape_json(buf, AwsMessageBody(t, msg));
 	appendStringInfoString(buf, ",\"MessageAttributes\":{");
 	for (int i = 0; i < attrs.n; i++)
 	{
@@ -276,10 +277,13 @@ static const DestinationOption sqs_options[] =
 	{"fifo", DEST_OPTION_BOOLEAN, false},
 	{"message_group_key", DEST_OPTION_STRING, false},
 	{"batch_size", DEST_OPTION_NUMBER, false},
+	{"body", DEST_OPTION_STRING, false},	/* payload | cloudevents */
+	{"source", DEST_OPTION_STRING, false},	/* the CloudEvent's source */
 	{NULL}
 };
 
 static const char *const sqs_group_keys[] = {"aggregate_id", "type", "destination", NULL};
+static const char *const sqs_bodies[] = {"payload", "cloudevents", NULL};
 
 static void
 sqs_validate(const DestinationDefinition *def)
@@ -309,6 +313,8 @@ sqs_validate(const DestinationDefinition *def)
 	DestinationCheckChoice(def, "message_group_key", sqs_group_keys);
 	DestinationCheckInteger(def, "batch_size", 1, AWS_MAX_BATCH,
 							"SendMessageBatch takes at most 10 entries; 1 sends every message on its own.");
+	DestinationCheckChoice(def, "body", sqs_bodies);
+	CloudEventCheckSource(def);
 }
 
 const DestinationRoutine sqs_routine =

@@ -4,18 +4,59 @@
  *		  The webhook wire format: CloudEvents 1.0 over HTTP, optionally
  *		  signed the Standard Webhooks way.
  *
- * Binary mode (default): the body is the payload, Content-Type is
- * application/json, and the attributes travel as ce-* headers (ce-id,
- * ce-specversion, ce-type, ce-source, ce-subject, ce-time; no
- * ce-datacontenttype since Content-Type carries it).  Header values are
- * percent-encoded outside printable ASCII, and '"', '%' and space, as the
- * CloudEvents HTTP binding asks.
+ * Binary mode (format = 'binary', the default): the body is the payload,
+ * Content-Type is application/json, and the attributes travel as ce-*
+ * headers (ce-id, ce-specversion, ce-type, ce-source, ce-subject,
+ * ce-time; no ce-datacontenttype since Content-Type carries it).  Header
+ * values are percent-encoded outside printable ASCII, and '"', '%' and
+ * space, as the CloudEvents HTTP binding asks.
  *
- * Structured mode: the body is the whole event as
- * application/cloudevents+json with the payload under "data".
+ * Structured mode (format = 'structured'): the body is the whole event as
+ * application/cloudevents+json with the payload under "data"
+ * (cloudevents.c); attribute values are JSON strings, never encoded.
+ *
+ * Percent-encoding (options.percent_encoding, binary mode only): the
+ * binding leaves decoding to the receiver, and not every receiver does it:
+ * the JavaScript SDK (npm cloudevents, HTTP.toEvent) hands a subject
+ * "café" sent as "caf%C3%A9" to the application as "caf%C3%A9"
+ * (test/t/054_cloudevents_sdk.pl shows it).  So:
+ *	- 'allow' (the default, what every release before did): every event in
+ *	  binary mode, ce-* values percent-encoded where needed.  The body is
+ *	  always the bare payload: for receivers that read the body as their
+ *	  payload (a plain HTTP handler, a Standard Webhooks verifier) and for
+ *	  SDKs that decode ce-* values as the binding asks.
+ *	- 'avoid': an event whose type, source or subject would need
+ *	  percent-encoding is sent in structured mode instead, the others in
+ *	  binary mode.  For receivers that tell the mode by Content-Type, as
+ *	  a CloudEvents SDK's HTTP reader does: the JavaScript SDK then reads
+ *	  the exact text.  Not for a receiver that reads the body as the
+ *	  payload: the body's shape would depend on the data.
+ *	- format = 'structured' sends every event as a whole: for receivers
+ *	  that read the envelope themselves, or any SDK; the option has no
+ *	  effect there.
+ * The default stays 'allow' because the format column cannot tell a
+ * destination that chose binary from one that kept the default, and
+ * 'binary' must keep meaning a body that is the payload.
  *
  * In both modes: Idempotency-Key and ce-id are the message id; traceparent
  * (and ce-traceparent) carry the trace context captured at emit time.
+ *
+ * Batches (options.batch, opt-in): one request carries up to batch_size
+ * events (default 100, at most WEBHOOK_MAX_BATCH) in a JSON array of at
+ * most batch_max_bytes (default 1 MiB; one event larger than that goes
+ * alone), in the order they were claimed:
+ *	- 'cloudevents': application/cloudevents-batch+json, an array of
+ *	  structured-mode events (the CloudEvents HTTP binding's batched mode:
+ *	  no ce-* headers);
+ *	- 'array': application/json, an array of {"id", "type",
+ *	  "aggregate_id", "time", "traceparent", "payload"} objects.
+ * The answer is the batch's: 2xx acknowledges every event of it, anything
+ * else retries (or dead-letters) every event of it.  webhook-id and
+ * Idempotency-Key name the batch: "batch_" and 32 hex digits of SHA-256
+ * over its events' ids, so a batch sent again with the same events has
+ * the same id; consumers dedupe on the events' own ids.  The signature
+ * covers the whole body.  An event with per-event headers travels in a
+ * batch of its own, its headers as HTTP headers, as without batching.
  *
  * Standard Webhooks: webhook-id (message id), webhook-timestamp (this
  * attempt's Unix seconds) and webhook-signature, a space-separated list of
@@ -48,6 +89,7 @@
 #include "common/hmac.h"
 #include "common/sha2.h"
 #include "lib/stringinfo.h"
+#include "utils/builtins.h"
 #include "utils/json.h"
 
 #include "outbox_pg.h"
@@ -58,10 +100,26 @@
 
 static bool webhook_decode_secret(const char *secret, StringInfo key);
 
+#define WEBHOOK_MAX_BATCH		1000
+#define WEBHOOK_DEFAULT_BATCH	100
+#define WEBHOOK_DEFAULT_BATCH_BYTES	(1024 * 1024)
+#define WEBHOOK_MAX_BATCH_BYTES	(16 * 1024 * 1024)
+
+typedef enum WebhookBatch
+{
+	WEBHOOK_BATCH_NONE,
+	WEBHOOK_BATCH_CLOUDEVENTS,
+	WEBHOOK_BATCH_ARRAY
+} WebhookBatch;
+
 /* One webhook destination, as load read it. */
 typedef struct WebhookTarget
 {
+	WebhookBatch batch;			/* options.batch */
+	int			batch_size;		/* events per request, when batched */
+	int			batch_max_bytes;	/* body bytes per request, when batched */
 	bool		structured;		/* CloudEvents structured mode */
+	bool		avoid_encoding;	/* percent_encoding = 'avoid' */
 	const char *source;			/* ce-source */
 	List	   *headers;		/* "Name: value" strings */
 	List	   *signing_keys;	/* StringInfo of raw key bytes */
@@ -73,6 +131,35 @@ static bool
 ce_header_keeps(unsigned char c)
 {
 	return c > 0x20 && c < 0x7f && c != '"' && c != '%';
+}
+
+/* Does binary mode percent-encode any of this value? */
+static bool
+ce_needs_encoding(const char *value)
+{
+	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
+		if (!ce_header_keeps(*p))
+			return true;
+	return false;
+}
+
+/*
+ * Is this event sent in structured mode?  Always with format =
+ * 'structured'; with percent_encoding = 'avoid', when any ce-* header of
+ * binary mode would be percent-encoded (in practice type, source or
+ * subject: a UUID, an RFC 3339 time and a W3C traceparent need none).
+ */
+static bool
+webhook_structured(const WebhookTarget *t, const OutboxMessage *ev)
+{
+	if (t->structured)
+		return true;
+	if (!t->avoid_encoding)
+		return false;
+	return ce_needs_encoding(ev->type) || ce_needs_encoding(t->source) ||
+		(ev->aggregate_id && ce_needs_encoding(ev->aggregate_id)) ||
+		ce_needs_encoding(ev->id) || ce_needs_encoding(ev->time) ||
+		(ev->traceparent && ce_needs_encoding(ev->traceparent));
 }
 
 /* "name: value", copied by curl */
@@ -160,13 +247,27 @@ static void *
 webhook_load(const DestinationConfig *config)
 {
 	WebhookTarget *t = palloc0(sizeof(WebhookTarget));
-	const char *source = OutboxJsonbOption(config->def->options, "source");
+	const char *batch = OutboxJsonbOption(config->def->options, "batch");
+	const char *encoding = DestinationOptionText(config->def, "percent_encoding");
+	const char *v;
 	ListCell   *lc;
 
+	t->batch = WEBHOOK_BATCH_NONE;
+	if (batch != NULL && strcmp(batch, "cloudevents") == 0)
+		t->batch = WEBHOOK_BATCH_CLOUDEVENTS;
+	else if (batch != NULL && strcmp(batch, "array") == 0)
+		t->batch = WEBHOOK_BATCH_ARRAY;
+	t->batch_size = WEBHOOK_DEFAULT_BATCH;
+	if ((v = OutboxJsonbOption(config->def->options, "batch_size")) != NULL)
+		t->batch_size = Max(1, Min(WEBHOOK_MAX_BATCH, atoi(v)));
+	t->batch_max_bytes = WEBHOOK_DEFAULT_BATCH_BYTES;
+	if ((v = OutboxJsonbOption(config->def->options, "batch_max_bytes")) != NULL)
+		t->batch_max_bytes = Max(1024, Min(WEBHOOK_MAX_BATCH_BYTES, atoi(v)));
 	t->structured = config->structured;
+	t->avoid_encoding = (encoding != NULL && strcmp(encoding, "avoid") == 0);
 	t->headers = config->header_lines;
 	t->bearer_token = config->bearer_token;
-	t->source = source ? source : psprintf("urn:outbox_pg:%s", config->database);
+	t->source = CloudEventSource(config);
 	foreach(lc, config->signing_secrets)
 	{
 		StringInfo	key = makeStringInfo();
@@ -179,60 +280,180 @@ webhook_load(const DestinationConfig *config)
 	return t;
 }
 
+/* One event in a plain array batch. */
+static void
+append_array_event(StringInfo buf, const OutboxMessage *ev)
+{
+	appendStringInfoString(buf, "{\"id\":");
+	escape_json(buf, ev->id);
+	appendStringInfoString(buf, ",\"type\":");
+	escape_json(buf, ev->type);
+	appendStringInfoString(buf, ",\"aggregate_id\":");
+	if (ev->aggregate_id)
+		escape_json(buf, ev->aggregate_id);
+	else
+		appendStringInfoString(buf, "null");
+	appendStringInfoString(buf, ",\"time\":");
+	escape_json(buf, ev->time);
+	appendStringInfoString(buf, ",\"traceparent\":");
+	if (ev->traceparent)
+		escape_json(buf, ev->traceparent);
+	else
+		appendStringInfoString(buf, "null");
+	appendStringInfoString(buf, ",\"payload\":");
+	appendStringInfoString(buf, ev->payload);
+	appendStringInfoChar(buf, '}');
+}
+
 /* The body: the payload (binary mode) or the whole event (structured). */
 static void
-webhook_body(const WebhookTarget *t, const OutboxMessage *ev, HttpRequest *req)
+webhook_body(const WebhookTarget *t, const OutboxMessage *ev, bool structured,
+			 HttpRequest *req)
 {
 	StringInfoData buf;
 
-	if (!t->structured)
+	if (!structured)
 	{
 		req->body = ev->payload;
 		req->body_len = strlen(ev->payload);
 		return;
 	}
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"specversion\":\"1.0\",\"id\":");
-	escape_json(&buf, ev->id);
-	appendStringInfoString(&buf, ",\"source\":");
-	escape_json(&buf, t->source);
-	appendStringInfoString(&buf, ",\"type\":");
-	escape_json(&buf, ev->type);
-	if (ev->aggregate_id)
-	{
-		appendStringInfoString(&buf, ",\"subject\":");
-		escape_json(&buf, ev->aggregate_id);
-	}
-	appendStringInfoString(&buf, ",\"time\":");
-	escape_json(&buf, ev->time);
-	if (ev->traceparent)
-	{
-		appendStringInfoString(&buf, ",\"traceparent\":");
-		escape_json(&buf, ev->traceparent);
-	}
-	appendStringInfoString(&buf, ",\"datacontenttype\":\"application/json\",\"data\":");
-	appendStringInfoString(&buf, ev->payload);
-	appendStringInfoChar(&buf, '}');
+	CloudEventAppendJson(&buf, ev, t->source);
 	req->body = buf.data;
 	req->body_len = buf.len;
 }
 
+/*
+ * A batch's body: the first k of the n events that fit batch_size and
+ * batch_max_bytes (at least one); returns k.  An event with per-event
+ * headers goes alone: the first of a batch, it ends it.
+ */
+static int
+webhook_batch_body(const WebhookTarget *t, OutboxMessage *const *msgs, int n,
+				   HttpRequest *req)
+{
+	StringInfoData buf;
+	int			k = 0;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '[');
+	while (k < n && k < t->batch_size)
+	{
+		const OutboxMessage *ev = msgs[k];
+		int			mark = buf.len;
+
+		if (k > 0 && ev->nheaders > 0)
+			break;
+		if (k > 0)
+			appendStringInfoChar(&buf, ',');
+		if (t->batch == WEBHOOK_BATCH_CLOUDEVENTS)
+			CloudEventAppendJson(&buf, ev, t->source);
+		else
+			append_array_event(&buf, ev);
+		if (k > 0 && buf.len + 1 > t->batch_max_bytes)
+		{
+			buf.len = mark;
+			buf.data[mark] = '\0';
+			break;
+		}
+		k++;
+		if (ev->nheaders > 0)
+			break;
+	}
+	appendStringInfoChar(&buf, ']');
+	req->body = buf.data;
+	req->body_len = buf.len;
+	return k;
+}
+
+/*
+ * A batch's id: "batch_" and the first 16 bytes of SHA-256 over its
+ * events' ids (comma-separated), in hex.
+ */
+static char *
+webhook_batch_id(OutboxMessage *const *msgs, int k)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	char	   *id = palloc(6 + 32 + 1);
+	bool		ok = ctx != NULL && pg_cryptohash_init(ctx) == 0;
+
+	for (int i = 0; ok && i < k; i++)
+		ok = (i == 0 || pg_cryptohash_update(ctx, (const uint8 *) ",", 1) == 0) &&
+			pg_cryptohash_update(ctx, (const uint8 *) msgs[i]->id,
+								 strlen(msgs[i]->id)) == 0;
+	if (!ok || pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+	{
+		pg_cryptohash_free(ctx);
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not compute a webhook batch id")));
+	}
+	pg_cryptohash_free(ctx);
+	memcpy(id, "batch_", 6);
+	hex_encode((const char *) digest, 16, id + 6);
+	id[6 + 32] = '\0';
+	return id;
+}
+
 /* Standard Webhooks: id, this attempt's timestamp, one signature per key. */
 static void
-webhook_sign(const WebhookTarget *t, const OutboxMessage *ev, HttpRequest *req)
+webhook_sign(const WebhookTarget *t, const char *id, HttpRequest *req)
 {
 	char		ts[32];
 	StringInfoData sigs;
 	ListCell   *lc;
 
 	snprintf(ts, sizeof(ts), "%lld", (long long) time(NULL));
-	add_header_value(req, "webhook-id", ev->id);
+	add_header_value(req, "webhook-id", id);
 	add_header_value(req, "webhook-timestamp", ts);
 	initStringInfo(&sigs);
 	foreach(lc, t->signing_keys)
-		append_signature(&sigs, (StringInfo) lfirst(lc), ev->id, ts,
+		append_signature(&sigs, (StringInfo) lfirst(lc), id, ts,
 						 req->body, req->body_len);
 	add_header_value(req, "webhook-signature", sigs.data);
+}
+
+/*
+ * What every request carries after its own headers: the bearer token, the
+ * destination's headers, the per-event headers of ev (NULL: none).
+ */
+static void
+webhook_common_headers(const WebhookTarget *t, const OutboxMessage *ev,
+					   HttpRequest *req)
+{
+	ListCell   *lc;
+
+	if (t->bearer_token)
+		add_header_value(req, "Authorization",
+						 psprintf("Bearer %s", t->bearer_token));
+	foreach(lc, t->headers)
+		HttpRequestAddHeader(req, (const char *) lfirst(lc));
+	for (int i = 0; ev != NULL && i < ev->nheaders; i++)
+		add_header_value(req, ev->headers[i].name, ev->headers[i].value);
+	/* no 100-continue round trip */
+	HttpRequestAddHeader(req, "Expect:");
+}
+
+/* A batched request (see the file header); returns the events it carries. */
+static int
+webhook_build_batch(const WebhookTarget *t, OutboxMessage *const *msgs, int n,
+					HttpRequest *req)
+{
+	int			k = webhook_batch_body(t, msgs, n, req);
+	char	   *id = webhook_batch_id(msgs, k);
+
+	if (t->batch == WEBHOOK_BATCH_CLOUDEVENTS)
+		HttpRequestAddHeader(req, "Content-Type: application/cloudevents-batch+json; charset=utf-8");
+	else
+		HttpRequestAddHeader(req, "Content-Type: application/json");
+	add_header_value(req, "Idempotency-Key", id);
+	if (t->signing_keys != NIL)
+		webhook_sign(t, id, req);
+	/* a batch of one event with per-event headers (webhook_batch_body) */
+	webhook_common_headers(t, k == 1 ? msgs[0] : NULL, req);
+	return k;
 }
 
 static int
@@ -241,10 +462,12 @@ webhook_build_request(void *target, OutboxMessage *const *msgs, int n,
 {
 	const WebhookTarget *t = (const WebhookTarget *) target;
 	const OutboxMessage *ev = msgs[0];
-	ListCell   *lc;
+	bool		structured = webhook_structured(t, ev);
 
-	webhook_body(t, ev, req);
-	if (t->structured)
+	if (t->batch != WEBHOOK_BATCH_NONE)
+		return webhook_build_batch(t, msgs, n, req);
+	webhook_body(t, ev, structured, req);
+	if (structured)
 		HttpRequestAddHeader(req, "Content-Type: application/cloudevents+json; charset=utf-8");
 	else
 	{
@@ -263,16 +486,8 @@ webhook_build_request(void *target, OutboxMessage *const *msgs, int n,
 	if (ev->traceparent)
 		add_header_value(req, "traceparent", ev->traceparent);
 	if (t->signing_keys != NIL)
-		webhook_sign(t, ev, req);
-	if (t->bearer_token)
-		add_header_value(req, "Authorization",
-						 psprintf("Bearer %s", t->bearer_token));
-	foreach(lc, t->headers)
-		HttpRequestAddHeader(req, (const char *) lfirst(lc));
-	for (int i = 0; i < ev->nheaders; i++)
-		add_header_value(req, ev->headers[i].name, ev->headers[i].value);
-	/* no 100-continue round trip */
-	HttpRequestAddHeader(req, "Expect:");
+		webhook_sign(t, ev->id, req);
+	webhook_common_headers(t, ev, req);
 	return 1;
 }
 
@@ -288,7 +503,9 @@ webhook_classify(void *target, const HttpRequest *req,
 	initStringInfo(&error);
 	if (outcome == OUTCOME_ACK)
 	{
-		DeliveryResultSet(&results[0], outcome, NULL);
+		/* a batch's answer is every event's */
+		for (int i = 0; i < n; i++)
+			DeliveryResultSet(&results[i], outcome, NULL);
 		return false;
 	}
 	if (status >= 300 && status < 400)
@@ -301,7 +518,8 @@ webhook_classify(void *target, const HttpRequest *req,
 	}
 	else
 		appendStringInfo(&error, "HTTP %d", status);
-	DeliveryResultSetBinary(&results[0], outcome, error.data, error.len);
+	for (int i = 0; i < n; i++)
+		DeliveryResultSetBinary(&results[i], outcome, error.data, error.len);
 	return outcome != OUTCOME_ACK &&
 		OutboxIsDestinationFailure(status, TRANSPORT_OK);
 }
@@ -311,8 +529,15 @@ webhook_classify(void *target, const HttpRequest *req,
 static const DestinationOption webhook_options[] =
 {
 	{"source", DEST_OPTION_STRING, false},	/* ce-source */
+	{"percent_encoding", DEST_OPTION_STRING, false},	/* allow | avoid */
+	{"batch", DEST_OPTION_STRING, false},
+	{"batch_size", DEST_OPTION_NUMBER, false},
+	{"batch_max_bytes", DEST_OPTION_NUMBER, false},
 	{NULL}
 };
+
+static const char *const webhook_percent_encodings[] = {"allow", "avoid", NULL};
+static const char *const webhook_batch_choices[] = {"cloudevents", "array", NULL};
 
 /*
  * What delivery assumes of a webhook: every signing secret decodes to a key
@@ -322,7 +547,6 @@ static const DestinationOption webhook_options[] =
 static void
 webhook_validate(const DestinationDefinition *def)
 {
-	const char *source = DestinationOptionText(def, "source");
 	ListCell   *lc;
 
 	foreach(lc, def->signing_secrets)
@@ -359,18 +583,32 @@ webhook_validate(const DestinationDefinition *def)
 						 errdetail("The token is sent on the Authorization header line.")));
 	}
 
-	if (source != NULL && source[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("option source of destination \"%s\" must not be empty",
-						def->name),
-				 errhint("Remove the option to send the default, urn:outbox_pg:DATABASE.")));
+	CloudEventCheckSource(def);
+	DestinationCheckChoice(def, "percent_encoding", webhook_percent_encodings);
+	DestinationCheckChoice(def, "batch", webhook_batch_choices);
+	DestinationCheckInteger(def, "batch_size", 1, WEBHOOK_MAX_BATCH,
+							"A batch carries at most 1000 events.");
+	DestinationCheckInteger(def, "batch_max_bytes", 1024, WEBHOOK_MAX_BATCH_BYTES,
+							"A batch's body is from 1 KiB to 16 MiB.");
+	if (DestinationOptionText(def, "batch") == NULL)
+	{
+		const char *size_key = DestinationOptionText(def, "batch_size") ?
+			"batch_size" : "batch_max_bytes";
+
+		if (DestinationOptionText(def, size_key) != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("option %s of destination \"%s\" needs option batch",
+							size_key, def->name),
+					 errhint("Set batch to 'cloudevents' or 'array' to send events in batches.")));
+	}
+
 }
 
 const DestinationRoutine webhook_routine =
 {
 	.kind = "webhook",
-	.max_batch = 1,
+	.max_batch = WEBHOOK_MAX_BATCH,
 	.options = webhook_options,
 	.validate = webhook_validate,
 	.load = webhook_load,

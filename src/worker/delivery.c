@@ -80,6 +80,7 @@
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
+#include "lib/ilist.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -116,10 +117,13 @@ typedef struct RelayDestination
 	int			sending;		/* ... of which started */
 	bool		probing;		/* the circuit's probe is among them */
 	int			batches;		/* its log batches in flight here */
-	List	   *waiting;		/* claimed, not started yet (in order) */
-	List	   *held;			/* taken from waiting, refused by a native
+	dlist_head	waiting;		/* claimed, not started yet (in order);
+								 * a list, not a List: a batch of one large
+								 * transaction can be 100,000 events long,
+								 * and each start took one off its head */
+	dlist_head	held;			/* taken from waiting, refused by a native
 								 * client's start (back-pressure): first
-								 * again at the next pump */
+								 * again at the next pump (by wait_node) */
 	/* when to claim it (issue #19; see DeliveryLease) */
 	int			counter;		/* its emitted generation (shmem.h) */
 	uint64		seen_generation;	/* ... at its last claim that drained */
@@ -221,6 +225,9 @@ typedef struct RelayEvent
 	bool		blocked;		/* waits for an earlier event of its aggregate */
 	bool		native_started; /* handed to a native client, not completed */
 	bool		native_failed;	/* ... completed: the destination failed */
+	bool		waiting;		/* in dest->waiting or dest->held, by
+								 * wait_node */
+	dlist_node	wait_node;
 	struct RelayEvent *chain_next;	/* the next event of its aggregate in
 									 * its batch (ordered destinations) */
 	struct RelayEvent *chain_prev;	/* ... and the one before it */
@@ -493,8 +500,8 @@ delivery_destination(const char *name)
 		rd->sending = 0;
 		rd->probing = false;
 		rd->batches = 0;
-		rd->waiting = NIL;
-		rd->held = NIL;
+		dlist_init(&rd->waiting);
+		dlist_init(&rd->held);
 		rd->counter = OutboxEmitCounterIndex(MyDatabaseId, name);
 		rd->seen_generation = 0;
 		rd->busy = false;
@@ -988,10 +995,9 @@ static void
 delivery_hold(RelayEvent *ev)
 {
 	RelayDestination *rd = ev->dest;
-	MemoryContext old = MemoryContextSwitchTo(relay_events_context);
 
-	rd->held = lappend(rd->held, ev);
-	MemoryContextSwitchTo(old);
+	dlist_push_tail(&rd->held, &ev->wait_node);
+	ev->waiting = true;
 	if (ev->sending)
 	{
 		ev->sending = false;
@@ -1011,7 +1017,7 @@ delivery_start_native(RelayEvent *ev)
 	TimestampTz fence;
 
 	/* in order: nothing passes an event held before it */
-	if (delivery_stopping || ev->dest->held != NIL ||
+	if (delivery_stopping || !dlist_is_empty(&ev->dest->held) ||
 		d->routine->start(d->target, &msg, 1, ev) == 0)
 	{
 		delivery_hold(ev);
@@ -1260,7 +1266,6 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 {
 	SPITupleTable *rows = SPI_tuptable;
 	RelayEvent **evs = palloc(Max(n, 1) * sizeof(RelayEvent *));
-	MemoryContext old;
 
 	for (uint64 i = 0; i < n; i++)
 	{
@@ -1284,13 +1289,8 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 			}
 		}
 
-		/*
-		 * SPI calls leave CurrentMemoryContext in SPI's own (transaction)
-		 * memory; the list must outlive the transaction.
-		 */
-		old = MemoryContextSwitchTo(relay_events_context);
-		rd->waiting = lappend(rd->waiting, ev);
-		MemoryContextSwitchTo(old);
+		dlist_push_tail(&rd->waiting, &ev->wait_node);
+		ev->waiting = true;
 	}
 	pfree(evs);
 }
@@ -1306,17 +1306,20 @@ delivery_pump(RelayDestination *rd)
 {
 	List	   *ready = NIL;
 	ListCell   *lc;
+	dlist_mutable_iter iter;
 	MemoryContext old = MemoryContextSwitchTo(relay_events_context);
 
 	/* what a native client did not take goes first, in its order */
-	if (rd->held != NIL)
+	while (!dlist_is_empty(&rd->held))
 	{
-		rd->waiting = list_concat(rd->held, rd->waiting);
-		rd->held = NIL;
+		dlist_node *node = dlist_tail_node(&rd->held);
+
+		dlist_delete(node);
+		dlist_push_head(&rd->waiting, node);
 	}
-	foreach(lc, rd->waiting)
+	dlist_foreach_modify(iter, &rd->waiting)
 	{
-		RelayEvent *ev = lfirst(lc);
+		RelayEvent *ev = dlist_container(RelayEvent, wait_node, iter.cur);
 
 		if (rd->sending >= rd->max_concurrency && !ev->probe)
 			break;
@@ -1324,7 +1327,8 @@ delivery_pump(RelayDestination *rd)
 			break;
 		if (ev->blocked)
 			continue;
-		rd->waiting = foreach_delete_current(rd->waiting, lc);
+		dlist_delete(iter.cur);
+		ev->waiting = false;
 		ev->sending = true;
 		rd->sending++;
 		ready = lappend(ready, ev);
@@ -1429,7 +1433,7 @@ delivery_pump_into(RelayDestination *rd, List **leased)
 	List	   *ready;
 	MemoryContext old;
 
-	if (rd->waiting == NIL && rd->held == NIL)
+	if (dlist_is_empty(&rd->waiting) && dlist_is_empty(&rd->held))
 		return;
 	ready = delivery_pump(rd);
 	old = MemoryContextSwitchTo(relay_events_context);
@@ -1479,6 +1483,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 		int			want;
 		uint64		n;
 		uint64		m = 0;
+		bool		more = false;
 
 		if (!rd->busy && !rd->due && !retry_due)
 		{
@@ -1524,7 +1529,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 			if (recover)
 				m = OutboxStoreClaimRecover(lease, d->name, 0);
 			if (m == 0)
-				m = OutboxStoreClaimNext(rest, lease, d->name, d->ordered);
+				m = OutboxStoreClaimNext(rest, lease, d->name, d->ordered, &more);
 			if (m > 0)
 				delivery_queue_rows(d, rd, probe && n == 0,
 									delivery_new_batch(rd, m), m);
@@ -1533,7 +1538,14 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 		if (probe && n == 0 && m == 0)
 			OutboxCircuitReleaseProbe(rd->stats);	/* nothing to probe with */
 
-		if (n + m >= (uint64) want && !probe)
+		/*
+		 * A claim cut at a transaction boundary may return far fewer
+		 * events than wanted with many more behind them (a backlog of
+		 * transactions of 100 events each, claimed 256 at a time, gave 200:
+		 * taken for drained, the rest waited for the next poll, 200
+		 * events per poll interval).
+		 */
+		if ((n + m >= (uint64) want || more) && !probe)
 		{
 			rd->busy = true;	/* there may be more: again at once */
 			*drained = false;
@@ -1565,20 +1577,12 @@ DeliveryDropWaiting(void)
 	hash_seq_init(&status, destinations);
 	while ((rd = hash_seq_search(&status)) != NULL)
 	{
-		while (rd->waiting != NIL)
-		{
-			RelayEvent *ev = linitial(rd->waiting);
-
-			rd->waiting = list_delete_first(rd->waiting);
-			DeliveryFreeEvent(ev);
-		}
-		while (rd->held != NIL)
-		{
-			RelayEvent *ev = linitial(rd->held);
-
-			rd->held = list_delete_first(rd->held);
-			DeliveryFreeEvent(ev);
-		}
+		while (!dlist_is_empty(&rd->waiting))
+			DeliveryFreeEvent(dlist_container(RelayEvent, wait_node,
+											  dlist_head_node(&rd->waiting)));
+		while (!dlist_is_empty(&rd->held))
+			DeliveryFreeEvent(dlist_container(RelayEvent, wait_node,
+											  dlist_head_node(&rd->held)));
 	}
 }
 
@@ -1596,6 +1600,8 @@ DeliveryFreeEvent(RelayEvent *ev)
 	}
 	if (ev->sending)
 		ev->dest->sending--;
+	if (ev->waiting)
+		dlist_delete(&ev->wait_node);
 	if (ev->chain_prev != NULL)
 		ev->chain_prev->chain_next = NULL;
 	if (ev->chain_next != NULL)
@@ -2003,7 +2009,6 @@ delivery_hold_chain(RelayEvent *ev, TimestampTz now, List **batches)
 		RelayEvent *after = next->chain_next;
 		RelayDestination *rd = next->dest;
 
-		rd->waiting = list_delete_ptr(rd->waiting, next);
 		batch_add_failed(next->batch, next, now, 0, 0, NULL);
 		delivery_note_retry(rd, now);
 		if (batch_note_recorded(next))

@@ -496,6 +496,14 @@ store_known_stream(const char *destination)
 /* whether the last store_claim() made a batch */
 static bool store_last_claimed = false;
 
+/*
+ * Whether the last store_claim() cut its range before events it had seen:
+ * the destination has more to claim, however few events the claim
+ * returned (a cut at a transaction boundary can leave it well below
+ * batch_size, and held or deferred events are not returned at all).
+ */
+static bool store_last_cut = false;
+
 static uint64 store_claim(int batch_size, Interval *lease,
 						  const char *destination, bool serial, bool spill);
 static SPIPlanPtr claim_serial_plan = NULL;
@@ -620,11 +628,18 @@ OutboxStoreClaim(int batch_size, Interval *lease, const char *destination)
 	return store_claim(batch_size, lease, destination, false, false);
 }
 
+/*
+ * OutboxStoreClaim for the relay: *more is set when the destination has
+ * more events than this claim took (claim it again at once).
+ */
 uint64
 OutboxStoreClaimNext(int batch_size, Interval *lease, const char *destination,
-					 bool serial)
+					 bool serial, bool *more)
 {
-	return store_claim(batch_size, lease, destination, serial, false);
+	uint64		n = store_claim(batch_size, lease, destination, serial, false);
+
+	*more = store_last_cut;
+	return n;
 }
 
 /*
@@ -667,6 +682,7 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 
 	Assert(batch_size > 0);
 	store_last_claimed = false;
+	store_last_cut = false;
 
 	/*
 	 * The position must be read with a snapshot taken after the stream's
@@ -735,6 +751,7 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 		if (lim < prev.xmax)
 			lim = prev.xmax;
 		store_snapshot_cut(&cur, lim);
+		store_last_cut = true;
 	}
 
 	args[1] = Int64GetDatum(seq + 1);

@@ -95,7 +95,8 @@ extern int64 OutboxTrimBatches(void);
 extern uint64 OutboxStoreClaim(int batch_size, Interval *lease,
 							   const char *destination);
 extern uint64 OutboxStoreClaimNext(int batch_size, Interval *lease,
-								   const char *destination, bool serial);
+								   const char *destination, bool serial,
+								   bool *more);
 extern uint64 OutboxStoreDueDestinations(void);
 extern bool OutboxStoreClaimSpill(int batch_size, const char *destination);
 extern bool OutboxStoreBatchLease(const char *destination, int64 seq,

@@ -11,10 +11,20 @@ each request.  On a throwaway cluster:
   (b) latency: M single events, each committed on its own, spaced apart,
       with outbox.poll_interval = 60s so only the commit wake-up counts;
       commit-to-sink = nginx arrival time - the moment COMMIT was sent;
-  (c) the same two figures for the reference poller.
+  (c) the same two figures for the reference poller;
+  (d) the database's own drain limit in the same run: the same backlog
+      claimed and acknowledged by a server-side procedure through the
+      relay's own store functions (outbox._claim, outbox._claim_ack), up
+      to 256 events per claim, committed per claim, with the relay's session
+      settings (generic plans, synchronous_commit off), no HTTP: what the
+      relay could reach if sending cost nothing.
 
 Environment: BENCH_EVENTS (100000), BENCH_LATENCY_EVENTS (1000),
-BENCH_WORKERS (1).  A benchmark, not a test.
+BENCH_WORKERS (1), BENCH_TXN_EVENTS (events per emitting transaction in
+(a); default all of them in one), BENCH_DEST_OPTIONS (the destination's
+options, e.g. '{"batch": "cloudevents"}' for batched webhooks; batches
+carry no ce-id header, so (b) reports no latency then).  A benchmark, not
+a test.
 """
 import glob
 import os
@@ -35,6 +45,8 @@ N = int(os.environ.get("BENCH_EVENTS", "100000"))
 M = int(os.environ.get("BENCH_LATENCY_EVENTS", "1000"))
 WORKERS = int(os.environ.get("BENCH_WORKERS", "1"))
 PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benchmark payment"}'
+TXN_EVENTS = int(os.environ.get("BENCH_TXN_EVENTS", "0")) or N
+DEST_OPTIONS = os.environ.get("BENCH_DEST_OPTIONS") or "{}"
 
 
 def free_port():
@@ -105,6 +117,8 @@ def cpu_seconds(pid):
 
 def pct(values, p):
     values = sorted(values)
+    if not values:
+        return float("nan")
     return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
 
 
@@ -146,7 +160,7 @@ def main():
         cur = conn.cursor()
         cur.execute(f"""
 CREATE EXTENSION outbox_pg;
-INSERT INTO outbox.destinations (name, url, max_concurrency, paused) VALUES ('bench', '{url}', 256, true);
+INSERT INTO outbox.destinations (name, url, max_concurrency, paused, options) VALUES ('bench', '{url}', 256, true, '{DEST_OPTIONS}');
 INSERT INTO outbox.routes (pattern, destination) VALUES ('*', 'bench');
 CREATE TABLE app_outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), type text NOT NULL,
                          payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -156,7 +170,9 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         time.sleep(2)
 
         # (a) outbox_pg throughput
-        cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{PAYLOAD}')) FROM generate_series(1, {N}) g")
+        for first in range(0, N, TXN_EVENTS):
+            cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{PAYLOAD}')) "
+                        f"FROM generate_series(1, {min(TXN_EVENTS, N - first)}) g")
         relay_pid = None
         for _ in range(200):
             cur.execute("SELECT pid FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL ORDER BY worker LIMIT 1")
@@ -228,6 +244,34 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         arr = arrivals(tmp)
         lat = [(arr[k] - v) * 1000 for k, v in lat_ids.items() if k in arr]
         results["app_lat"] = (pct(lat, 50), pct(lat, 99), len(lat))
+        # (d) the database's drain limit: the same backlog, claimed and
+        # acknowledged by a procedure, the destination paused for the relay
+        cur.execute("UPDATE outbox.destinations SET paused = true")
+        for first in range(0, N, TXN_EVENTS):
+            cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{PAYLOAD}')) "
+                        f"FROM generate_series(1, {min(TXN_EVENTS, N - first)}) g")
+        cur.execute("""
+CREATE PROCEDURE bench_sql_drain(INOUT drained bigint DEFAULT 0) LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+    s bigint;
+BEGIN
+    LOOP
+        SELECT count(*), max(c.seq) INTO n, s FROM outbox._claim(256, '60 s', 'bench') AS c;
+        EXIT WHEN s IS NULL;
+        PERFORM outbox._claim_ack('bench', s);
+        drained := drained + n;
+        COMMIT;
+    END LOOP;
+END $$""")
+        # the relay's own session settings (relay.c), so that only HTTP differs
+        cur.execute("SET plan_cache_mode = force_generic_plan")
+        cur.execute("SET synchronous_commit = off")
+        t0 = time.time()
+        cur.execute("CALL bench_sql_drain()")
+        drained = cur.fetchone()[0]
+        results["sql_eps"] = drained / (time.time() - t0)
+        print(f"  SQL drain: {drained} events in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
         subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
@@ -244,6 +288,8 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
     print(f"| commit-to-sink p99 (ms) | {r['relay_lat'][1]:.1f} | {r['app_lat'][1]:.1f} | {r['app_lat'][1] / max(r['relay_lat'][1], 0.01):.0f}x faster |")
     print()
     print(f"relay workers' CPU per event (user + system, all workers): {r['relay_cpu_us']:.0f} µs")
+    print(f"the database's own drain limit, same run (claim + acknowledge by a procedure, no HTTP): "
+          f"{r['sql_eps']:.0f} events/s; the relay reached {r['relay_eps'] / r['sql_eps']:.2f}x of it")
     print(f"relay worker private memory (RssAnon, kB) at start / middle / end of the {N} events: {r['rss'][0]} / {r['rss'][1]} / {r['rss'][2]}")
 
 

@@ -90,6 +90,27 @@ def check_cloudevent(headers, body):
     return ok, headers.get("ce-id"), pct(headers.get("ce-type")), pct(headers.get("ce-subject")), headers.get("ce-time"), data, "binary"
 
 
+def batch_events(headers, body):
+    """A batched request (options.batch): one tuple per event, like
+    check_cloudevent's, or None when the request is not a batch."""
+    ctype = headers.get("content-type", "")
+    if ctype.startswith("application/cloudevents-batch+json"):
+        out = []
+        for ev in json.loads(body):
+            ok = ev.get("specversion") == "1.0" and all(ev.get(k) for k in ("id", "type", "source"))
+            out.append((ok, ev.get("id"), ev.get("type"), ev.get("subject"), ev.get("time"),
+                        ev.get("data"), "batch-cloudevents"))
+        return out
+    if ctype.startswith("application/json") and headers.get("idempotency-key", "").startswith("batch_"):
+        out = []
+        for ev in json.loads(body):
+            ok = set(ev) == {"id", "type", "aggregate_id", "time", "traceparent", "payload"} and bool(ev["id"])
+            out.append((ok, ev.get("id"), ev.get("type"), ev.get("aggregate_id"), ev.get("time"),
+                        ev.get("payload"), "batch-array"))
+        return out
+    return None
+
+
 def echo_body(what, headers):
     """The bodies of /echo/<code>/<what>/..."""
     if what[0] == "headers":
@@ -151,10 +172,18 @@ class Handler(BaseHTTPRequestHandler):
         parts = [p for p in self.path.split("?")[0].split("/") if p]
         query = dict(q.split("=", 1) for q in self.path.split("?", 1)[1].split("&")) if "?" in self.path else {}
         try:
-            ce_ok, mid, etype, subject, etime, data, mode = check_cloudevent(headers, body)
-        except Exception as e:  # malformed event: record it as such
-            ce_ok, mid, etype, subject, etime, data, mode = False, headers.get("ce-id"), None, None, None, None, "invalid:" + str(e)
-        key = mid or headers.get("idempotency-key")
+            events = batch_events(headers, body)
+        except Exception as e:  # malformed batch: record it as such
+            events = [(False, None, None, None, None, None, "invalid:" + str(e))]
+        if events is None:
+            try:
+                events = [check_cloudevent(headers, body)]
+            except Exception as e:  # malformed event: record it as such
+                events = [(False, headers.get("ce-id"), None, None, None, None, "invalid:" + str(e))]
+            key = events[0][1] or headers.get("idempotency-key")
+        else:
+            key = headers.get("idempotency-key")  # a batch's id: its answers go by it
+        ce_ok, mid, etype, subject, etime, data, mode = events[0]
         with LOCK:
             COUNTS[(self.path, key)] = COUNTS.get((self.path, key), 0) + 1
             nth = COUNTS[(self.path, key)]
@@ -181,16 +210,22 @@ class Handler(BaseHTTPRequestHandler):
             answer = int(parts[1])
         else:
             answer = 204
-        record = {
-            "t": time.time(), "path": self.path, "mode": parts[0] if parts else "", "id": key,
-            "type": etype, "subject": subject, "time": etime, "data": data, "format": mode,
-            "ce_ok": ce_ok, "sig_ok": verify_signature(headers, body), "nth": nth,
-            "answer": answer,
-            "headers": headers,
-        }
+        # one line per event (a batch's events share its request's fields)
+        sig_ok = verify_signature(headers, body)
+        lines = []
+        for ce_ok, mid, etype, subject, etime, data, mode in events:
+            record = {
+                "t": time.time(), "path": self.path, "mode": parts[0] if parts else "",
+                "id": key if len(events) == 1 and mode in ("binary", "structured") else mid,
+                "type": etype, "subject": subject, "time": etime, "data": data, "format": mode,
+                "ce_ok": ce_ok, "sig_ok": sig_ok, "nth": nth,
+                "answer": answer, "batch": len(events) if mode.startswith("batch") else None,
+                "headers": headers,
+            }
+            lines.append(json.dumps(record) + "\n")
         with LOCK:
             with open(ARGS.log, "a") as f:
-                f.write(json.dumps(record) + "\n")
+                f.write("".join(lines))
                 f.flush()
 
         if kind == "status":

@@ -14,6 +14,10 @@ SELECT s.status, c.outcome, c.error, c.destination_failed
                (503, ''), (0, '')) AS s(status, body),
        LATERAL outbox._classify('webhook', s.status, s.body) AS c
  ORDER BY s.status;
+-- a webhook batch (options.batch): the answer is every event's
+SELECT * FROM outbox._classify('webhook', 204, '', ARRAY['a', 'b', 'c']);
+SELECT * FROM outbox._classify('webhook', 503, 'busy', ARRAY['a', 'b']);
+SELECT * FROM outbox._classify('webhook', 400, 'bad batch', ARRAY['a', 'b']);
 
 -- SNS: Publish (one message) and PublishBatch (several)
 SELECT * FROM outbox._classify('sns', 200,
@@ -70,6 +74,6 @@ SELECT s.status, s.body, c.outcome, c.error, c.destination_failed
 
 -- mistakes
 SELECT try($$SELECT * FROM outbox._classify('amqp', 200, '')$$);
-SELECT try($$SELECT * FROM outbox._classify('webhook', 200, '', ARRAY['a', 'b'])$$);
+SELECT try($$SELECT * FROM outbox._classify('rabbitmq', 200, '', ARRAY['a', 'b'])$$);
 SELECT try($$SELECT * FROM outbox._classify('sqs', 200, '', ARRAY[]::text[])$$);
 SELECT try($$SELECT * FROM outbox._classify('sqs', NULL, '')$$);

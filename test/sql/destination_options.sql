@@ -86,6 +86,45 @@ SELECT o AS options, try_hint(format($$INSERT INTO outbox.destinations (name, ki
 SELECT try_hint(format($$INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES ('x', 'rabbitmq', 'http://127.0.0.1:15672', 'do_rmq', %L)$$,
                        jsonb_build_object('routing_key', repeat('k', 256))));
 
+-- webhook batches: a known mode, sizes in range, sizes only with a mode
+SELECT o AS options, try_hint(format($$INSERT INTO outbox.destinations (name, url, options) VALUES ('x', 'http://127.0.0.1:9/', %L)$$, o))
+  FROM (VALUES ('{"batch": "json"}'), ('{"batch": true}'),
+               ('{"batch": "array", "batch_size": 0}'), ('{"batch": "array", "batch_size": 1001}'),
+               ('{"batch": "cloudevents", "batch_max_bytes": 1023}'),
+               ('{"batch": "cloudevents", "batch_max_bytes": 16777217}'),
+               ('{"batch_size": 10}'), ('{"batch_max_bytes": 65536}')) AS t(o);
+BEGIN;
+INSERT INTO outbox.destinations (name, url, options) VALUES
+    ('do_batch_ce', 'http://127.0.0.1:9/', '{"batch": "cloudevents", "batch_size": 1000, "batch_max_bytes": 16777216}'),
+    ('do_batch_arr', 'http://127.0.0.1:9/', '{"batch": "array", "batch_size": 1, "batch_max_bytes": 1024}');
+SELECT name, options FROM outbox.destinations WHERE name LIKE 'do_batch%' ORDER BY name;
+ROLLBACK;
+
+-- CloudEvents: a webhook's percent_encoding (allow or avoid); SNS and SQS
+-- send the payload or a CloudEvent as the body, with its source
+SELECT n, o AS options, try_hint(format($$INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES (%L, %L, %L, %L, %L)$$, 'ce' || n, k, u, c, o))
+  FROM (SELECT row_number() OVER () AS n, * FROM (VALUES
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encoding": "allow"}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encoding": "avoid", "source": "urn:café"}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encoding": "auto"}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encoding": "AVOID"}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encoding": false}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"percent_encodng": "avoid"}'),
+    ('webhook', 'http://127.0.0.1:9/', NULL, '{"body": "cloudevents"}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"body": "payload"}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"body": "cloudevents", "source": "urn:shop"}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"body": "structured"}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"body": {"format": "cloudevents"}}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"body": "cloudevents", "source": ""}'),
+    ('sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', 'do_aws', '{"percent_encoding": "avoid"}'),
+    ('sns', 'https://sns.eu-west-1.amazonaws.com/', 'do_aws', '{"topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "body": "cloudevents"}'),
+    ('sns', 'https://sns.eu-west-1.amazonaws.com/', 'do_aws', '{"topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "body": "CloudEvents"}'),
+    ('sns', 'https://sns.eu-west-1.amazonaws.com/', 'do_aws', '{"topic_arn": "arn:aws:sns:eu-west-1:123456789012:t", "bdy": "cloudevents"}'),
+    ('rabbitmq', 'http://127.0.0.1:15672', 'do_rmq', '{"body": "cloudevents"}')) AS v(k, u, c, o)) AS t
+ ORDER BY n;
+SELECT name, kind, options FROM outbox.destinations WHERE name ~ '^ce[0-9]+$' ORDER BY name;
+DELETE FROM outbox.destinations WHERE name ~ '^ce[0-9]+$';
+
 -- each kind's required options and credentials
 SELECT try_hint($$INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES ('x', 'sns', 'https://sns.eu-west-1.amazonaws.com/', 'do_aws', '{"region": "eu-west-1"}')$$);
 SELECT try_hint($$INSERT INTO outbox.destinations (name, kind, url, options) VALUES ('x', 'sqs', 'https://sqs.eu-west-1.amazonaws.com/1/q', '{}')$$);

@@ -317,6 +317,19 @@ my %in_from020 = map { $_ => 1 } @from020;
 is(join("\n", grep { !$in_from020{$_} } @fresh), '', 'nothing of a fresh install is missing or different after an update from 0.2.0');
 is(join("\n", grep { !$in_fresh{$_} } @from020), '', 'nothing extra or different after an update from 0.2.0');
 
+# options added since (the CloudEvents ones) are checked after the update
+# by the same C code as in a fresh install: 0.2.0's trigger, which listed
+# each kind's options in SQL, is gone
+($up_ret, $up_out, $up_err) = $node->psql('up020', qq{
+	INSERT INTO outbox.credentials (name, aws_access_key_id, aws_secret_access_key) VALUES ('aws', 'AKIDUPGRADE', 'upgrade-secret');
+	INSERT INTO outbox.destinations (name, url, options) VALUES ('ce_hook', '$u/ok/ce', '{"percent_encoding": "avoid"}');
+	INSERT INTO outbox.destinations (name, kind, url, credentials, options)
+	VALUES ('ce_sqs', 'sqs', 'https://sqs.eu-west-1.amazonaws.com/123456789012/q', 'aws', '{"body": "cloudevents", "source": "urn:shop"}')});
+is($up_ret, 0, 'after the update from 0.2.0, percent_encoding and body are accepted') or diag($up_err);
+($up_ret, $up_out, $up_err) = $node->psql('up020',
+	qq{INSERT INTO outbox.destinations (name, url, options) VALUES ('ce_bad', '$u/ok/ce', '{"percent_encoding": "auto"}')});
+like($up_err, qr/ERROR:  option percent_encoding must be allow or avoid/, 'and a bad value is refused');
+
 # pg_dump and restore into a fresh database
 $node->safe_psql('up', qq{
 	INSERT INTO outbox.destinations (name, url, timeout_ms, max_attempts, backoff_base_ms, backoff_max_ms)

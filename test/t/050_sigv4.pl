@@ -231,6 +231,65 @@ is_deeply([ @{ $hdr{'hdr.sqs'} // {} }{qw(x-tenant region.code aggregate_id)} ],
 is($hdr{'hdr.sns'}{'x-tenant'}, 't2', 'SNS too');
 ok(!(grep { $hdr{"hdr.$_"} } qw(many name own)), 'a refused message is never sent');
 
+# options.body = 'cloudevents': the body is the event as a CloudEvents JSON
+# object (id, source, type, subject, time, traceparent, data), the
+# attributes are as before, and the size limits count that body
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, kind, url, credentials, max_concurrency, backoff_base_ms, backoff_max_ms, options) VALUES
+		('sns_ce',  'sns', '$u', 'aws', 40, 100, 1000, '{"topic_arn": "arn:aws:sns:us-east-1:123456789012:ce", "body": "cloudevents"}'),
+		('sqs_ce',  'sqs', '$u', 'aws', 40, 100, 1000, '{"queue_url": "$q/ce", "region": "us-east-1", "body": "cloudevents", "source": "urn:shop:café"}'),
+		('sns_big', 'sns', '$u', 'aws', 40, 100, 1000, '{"topic_arn": "arn:aws:sns:us-east-1:123456789012:big", "batch_size": 1}'),
+		('sns_big_ce', 'sns', '$u', 'aws', 40, 100, 1000, '{"topic_arn": "arn:aws:sns:us-east-1:123456789012:bigce", "batch_size": 1, "body": "cloudevents"}');
+});
+$before = scalar(aws_records($sink));
+emit_batch($_, 7, $_) for qw(sns_ce sqs_ce);
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 14 FROM outbox.events WHERE destination IN ('sns_ce', 'sqs_ce') AND status = 'published'}),
+	'body = cloudevents: 14 events published to SNS and SQS');
+my @ce_recs = grep { $_->{name} eq 'ce' } (aws_records($sink))[ $before .. scalar(aws_records($sink)) - 1 ];
+is(scalar(grep { !$_->{verified} } @ce_recs), 0, 'every request with a CloudEvents body verifies with botocore');
+ok((grep { $_->{action} eq 'PublishBatch' } @ce_recs) && (grep { $_->{action} eq 'SendMessageBatch' } @ce_recs),
+	'in batches, for both services');
+my %ce_seen;
+my @ce_bad;
+for my $e (map { @{ $_->{entries} } } @ce_recs)
+{
+	my $id = $e->{attributes}{message_id} // '';
+	my $x = $expect{$id} or next;
+	$ce_seen{$id}++;
+	my $ev = eval { decode_json(Encode::encode_utf8($e->{body})) } // {};
+	my $source = $x->[0] eq 'sqs_ce' ? 'urn:shop:café' : 'urn:outbox_pg:postgres';
+	my $time = $node->safe_psql('postgres', qq{
+		SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') FROM outbox.events WHERE id = '$id'});
+	my %want = (specversion => '1.0', id => $id, source => $source, type => "pay.$x->[0]",
+		subject => $x->[2], time => $time, traceparent => $tp, datacontenttype => 'application/json');
+	my @wrong = grep { ($ev->{$_} // '') ne $want{$_} } sort keys %want;
+	push @wrong, 'data' unless JSON::PP->new->canonical->encode($ev->{data} // {}) eq
+	  JSON::PP->new->canonical->encode($x->[1]);
+	push @wrong, 'attributes' unless ($e->{attributes}{event_type} // '') eq "pay.$x->[0]"
+	  && ($e->{attributes}{aggregate_id} // '') eq $x->[2] && ($e->{attributes}{traceparent} // '') eq $tp;
+	push @ce_bad, "$x->[0] $id: @wrong" if @wrong;
+}
+is(scalar(keys %ce_seen), 14, 'every event arrived with a CloudEvents body');
+is_deeply(\@ce_bad, [], 'each body is the event: specversion, id, source, type, subject (non-ASCII as UTF-8), time, traceparent, datacontenttype and the payload as data; the attributes are still sent');
+
+# a payload that fits SNS's 256 KiB with its attributes, but not once
+# wrapped in a CloudEvent: published as a bare payload, dead-lettered
+# before sending as a CloudEvent
+my $pad = 262144 - 200 - length('{"s": ""}');
+$node->safe_psql('postgres', qq{
+	SELECT outbox.emit('edge', 'a', jsonb_build_object('s', repeat('x', $pad)), destination => 'sns_big');
+	SELECT outbox.emit('edge', 'a', jsonb_build_object('s', repeat('x', $pad)), destination => 'sns_big_ce');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 2 FROM outbox.events WHERE destination LIKE 'sns_big%' AND status <> 'pending'}),
+	'the edge-sized messages are decided');
+is($node->safe_psql('postgres', q{SELECT string_agg(destination || ':' || status || ':' || attempts, ',' ORDER BY destination) FROM outbox.events WHERE destination LIKE 'sns_big%'}),
+	'sns_big:published:1,sns_big_ce:dead:1', 'the size limit counts the body as sent: the CloudEvent is too large');
+like($node->safe_psql('postgres', q{SELECT last_error FROM outbox.events WHERE destination = 'sns_big_ce'}),
+	qr/message too large for SNS: 262\d\d\d bytes with its attributes, the limit is 262144; not sent/, 'with the CloudEvent\'s size');
+ok(!(grep { $_->{name} eq 'bigce' } aws_records($sink)), 'and it is never sent');
+
 $node->stop;
 stop_aws_sink($sink);
 done_testing();

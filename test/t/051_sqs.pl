@@ -20,7 +20,7 @@ use Test::More;
 
 BEGIN { require_packages('botocore', 'local-aws-sqs'); }
 
-my $sqs = start_local_sqs([ 'orders', 0 ], [ 'single', 0 ], [ 'orders.fifo', 1 ]);
+my $sqs = start_local_sqs([ 'orders', 0 ], [ 'single', 0 ], [ 'orders.fifo', 1 ], [ 'ce', 0 ]);
 my $sink = start_aws_sink();
 my $acct = "$sqs->{url}123456789012";
 my $node = new_outbox_node('sqs');
@@ -34,7 +34,8 @@ $node->safe_psql('postgres', qq{
 		('orders', 'sqs', '$sqs->{url}', 'aws', 40, 100, 1000, '{"queue_url": "$acct/orders", "region": "us-east-1"}'),
 		('single', 'sqs', '$sqs->{url}', 'aws', 40, 100, 1000, '{"queue_url": "$acct/single", "region": "us-east-1", "batch_size": 1}'),
 		('fifo',   'sqs', '$sqs->{url}', 'aws', 40, 100, 1000, '{"queue_url": "$acct/orders.fifo", "region": "us-east-1"}'),
-		('partial', 'sqs', '$sink->{url}', 'aws', 40, 100, 1000, '{"queue_url": "http://127.0.0.1:$sink->{port}/123456789012/partial", "region": "us-east-1"}');
+		('partial', 'sqs', '$sink->{url}', 'aws', 40, 100, 1000, '{"queue_url": "http://127.0.0.1:$sink->{port}/123456789012/partial", "region": "us-east-1"}'),
+		('ce',     'sqs', '$sqs->{url}', 'aws', 40, 100, 1000, '{"queue_url": "$acct/ce", "region": "us-east-1", "body": "cloudevents"}');
 });
 
 sub emit_to
@@ -150,6 +151,44 @@ is($twice + $once, 20, 'each entry sent once or twice');
 ok($twice >= 5 && $once >= 5, "only the failed entries were sent again ($twice of 20)");
 is($node->safe_psql('postgres', q{SELECT max(attempts) FROM outbox.events WHERE destination = 'partial'}),
 	'2', 'a failed entry costs its own event one more attempt');
+
+# body = 'cloudevents': a consumer reads id, type, source, subject and
+# time from the body, without asking for message attributes
+@ids = emit_to('ce', 15);
+ok(published('ce', 15), '15 events published with CloudEvents bodies');
+my %bare;
+for (1 .. 50)
+{
+	my $r = sqs_call($sqs, 'ReceiveMessage', {
+		QueueUrl => "$acct/ce", MaxNumberOfMessages => 10, VisibilityTimeout => 600, WaitTimeSeconds => 0 });
+	my @m = @{ $r->{Messages} // [] };
+	last unless @m;
+	for my $m (@m)
+	{
+		my $ev = eval { decode_json(Encode::encode_utf8($m->{Body})) } // {};
+		push @{ $bare{ $ev->{id} // 'none' } }, { ev => $ev, attrs => $m->{MessageAttributes} };
+	}
+}
+is(scalar(grep { $bare{$_} && @{ $bare{$_} } == 1 } @ids), 15,
+	'received without message attributes, each body names its event id');
+my %rows = map { split /\|/, $_, 2 } split /\n/, Encode::decode_utf8($node->safe_psql('postgres', q{
+	SELECT id || '|' || jsonb_build_object('type', type, 'subject', aggregate_id, 'data', payload,
+	         'time', to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text
+	  FROM outbox.events WHERE destination = 'ce'}));
+my @wrong;
+for my $id (@ids)
+{
+	my $ev = $bare{$id} ? $bare{$id}[0]{ev} : {};
+	my $want = decode_json(Encode::encode_utf8($rows{$id} // '{}'));
+	$want->{$_} = $_ eq 'specversion' ? '1.0' : $_ eq 'source' ? 'urn:outbox_pg:postgres' : 'application/json'
+	  for qw(specversion source datacontenttype);
+	$want->{id} = $id;
+	push @wrong, $id unless JSON::PP->new->canonical->encode($ev) eq JSON::PP->new->canonical->encode($want);
+}
+is_deeply(\@wrong, [], 'each body is the CloudEvent: specversion, id, source, type, subject, time, datacontenttype, and the payload (non-ASCII intact) as data')
+  or diag(explain($bare{ $wrong[0] }));
+ok(!(grep { $_->[0]{attrs} } map { $bare{$_} } grep { $bare{$_} } @ids),
+	'(no attributes were asked for)');
 
 stop_local_sqs($sqs);
 $node->stop;

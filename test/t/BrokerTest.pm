@@ -1,11 +1,14 @@
 # Helpers for the broker TAP tests (050-059): the botocore SigV4 verifier
-# (test/sink/aws_sink.py), the local-aws-sqs emulator, a private
-# RabbitMQ node with the management plugin, and librdkafka's mock Kafka
-# cluster (test/sink/kafka_mock.c) read back with kcat, all on 127.0.0.1.
+# (test/sink/aws_sink.py), the local-aws-sqs emulator, a private RabbitMQ
+# node with the management plugin, a webhook receiver that parses
+# requests with the JavaScript CloudEvents SDK (test/sink/ce_receiver.js),
+# and librdkafka's mock Kafka cluster (test/sink/kafka_mock.c) read back
+# with kcat, all on 127.0.0.1.
 #
 # The packages come from test/install-deps (python3-botocore,
 # rabbitmq-server, python3-pika, python3-psycopg2, librdkafka-dev, kcat,
-# npm local-aws-sqs under /opt/outbox_pg-test/node).  A test skips, naming the package, only when
+# npm local-aws-sqs and cloudevents under /opt/outbox_pg-test/node).  A
+# test skips, naming the package, only when
 # one is missing; CI installs them all, so in CI every test runs.
 package BrokerTest;
 
@@ -27,7 +30,7 @@ use Time::HiRes qw(time usleep);
 
 use Exporter 'import';
 our @EXPORT = qw(require_packages start_aws_sink stop_aws_sink aws_records start_local_sqs
-  stop_local_sqs sqs_call start_rabbitmq stop_rabbitmq finish_rabbitmq rabbit_api
+  stop_local_sqs sqs_call start_ce_receiver stop_ce_receiver ce_records start_rabbitmq stop_rabbitmq finish_rabbitmq rabbit_api
   start_kafka_mock kafka_command kafka_consume
   AWS_KEY AWS_SECRET NODE_PREFIX);
 
@@ -51,7 +54,7 @@ use constant NODE_PREFIX => '/opt/outbox_pg-test/node';
 
 # Skip the whole file, saying which package is missing, unless every
 # check passes.  Checks: 'botocore', 'pika', 'psycopg2', 'rabbitmq',
-# 'local-aws-sqs', 'librdkafka-dev', 'kcat'.
+# 'local-aws-sqs', 'cloudevents', 'librdkafka-dev', 'kcat'.
 sub require_packages
 {
 	my @missing;
@@ -74,9 +77,9 @@ sub require_packages
 		{
 			$ok = -x '/usr/bin/kcat';
 		}
-		elsif ($p eq 'local-aws-sqs')
+		elsif ($p eq 'local-aws-sqs' || $p eq 'cloudevents')
 		{
-			$ok = -f NODE_PREFIX . '/node_modules/local-aws-sqs/package.json'
+			$ok = -f NODE_PREFIX . "/node_modules/$p/package.json"
 			  && system('node --version >/dev/null 2>&1') == 0;
 		}
 		push @missing, $p unless $ok;
@@ -180,6 +183,38 @@ sub sqs_call
 		});
 	die "SQS $action failed: $res->{status} $res->{content}" unless $res->{success};
 	return $res->{content} eq '' ? {} : decode_json($res->{content});
+}
+
+# The webhook receiver that hands every request to the CloudEvents SDK's
+# HTTP.toEvent and logs what it parsed, one JSON object per line.
+sub start_ce_receiver
+{
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $log = "$PostgreSQL::Test::Utils::tmp_check/ce_receiver_$port.jsonl";
+	my $out = '';
+	local $ENV{NODE_PATH} = NODE_PREFIX . '/node_modules';
+	my $h = IPC::Run::start([ 'node', "$SRC/test/sink/ce_receiver.js", $port, $log ],
+		'>', \$out, '2>', \$out);
+	push @handles, $h;
+	_wait_port($port, 1) or die "ce_receiver did not start: $out";
+	return { port => $port, log => $log, handle => $h, url => "http://127.0.0.1:$port/", out => \$out };
+}
+
+sub stop_ce_receiver
+{
+	my ($r) = @_;
+	$r->{handle}->kill_kill;
+	_wait_port($r->{port}, 0);
+}
+
+# What the SDK made of each request so far, in order (decoded JSON).
+sub ce_records
+{
+	my ($r) = @_;
+	open(my $fh, '<', $r->{log}) or return ();
+	my @recs = map { JSON::PP->new->utf8->decode($_) } grep { /\S/ } <$fh>;
+	close $fh;
+	return @recs;
 }
 
 # A private RabbitMQ node: its own ports, node name, data directory and
