@@ -84,6 +84,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
