@@ -1,6 +1,7 @@
 # Failover: a primary with a streaming standby.  On the standby (in
 # recovery) no outbox_pg process runs and outbox.workers() is empty.  The
-# primary emits 10,000 events to a slow sink; once the standby has caught
+# primary emits 10,000 events to a slow sink (20 ms an answer, 8 at a
+# time: about 400 a second, so the crash comes mid-delivery); once the standby has caught
 # up and delivery is under way, the primary is stopped with -m immediate
 # and the standby promoted.  The promoted standby starts relaying by itself
 # and every id reaches the sink (duplicates allowed, counted).
@@ -33,7 +34,7 @@ $primary->start;
 $primary->safe_psql('postgres', qq{
 	CREATE EXTENSION outbox_pg;
 	INSERT INTO outbox.destinations (name, url, timeout_ms, max_concurrency, backoff_base_ms, backoff_max_ms)
-	VALUES ('slow', '$u/delay/20/ha', 2000, 32, 50, 500);
+	VALUES ('slow', '$u/delay/20/ha', 2000, 8, 50, 500);
 });
 $primary->backup('bk');
 
