@@ -575,6 +575,21 @@ kafka_prop(List **props, StringInfo fp, const char *name, const char *value)
 	appendStringInfo(fp, "%s=%s\n", name, value);
 }
 
+/* The destination's bootstrap servers (kafka_parse_url), or ERROR 22023. */
+static void
+kafka_bootstrap_servers(const DestinationDefinition *def, char **hosts,
+						int *ports, int *n)
+{
+	const char *why;
+
+	if (!kafka_parse_url(def->url, hosts, ports, n, &why))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the url of destination \"%s\" is not a list of Kafka bootstrap servers",
+						def->name),
+				 errdetail("The url must be kafka://host:port[,host:port...]; %s.", why)));
+}
+
 static void *
 kafka_load(const DestinationConfig *config)
 {
@@ -583,7 +598,6 @@ kafka_load(const DestinationConfig *config)
 	char	   *hosts[KAFKA_MAX_BOOTSTRAP];
 	int			ports[KAFKA_MAX_BOOTSTRAP];
 	int			n;
-	const char *why;
 	const char *v;
 	List	   *props = NIL;
 	StringInfoData fp;
@@ -592,12 +606,7 @@ kafka_load(const DestinationConfig *config)
 	const DestinationCredentials *cred = def->credentials;
 	KafkaProducer *p;
 
-	if (!kafka_parse_url(def->url, hosts, ports, &n, &why))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("the url of destination \"%s\" is not a list of Kafka bootstrap servers",
-						def->name),
-				 errdetail("The url must be kafka://host:port[,host:port...]; %s.", why)));
+	kafka_bootstrap_servers(def, hosts, ports, &n);
 	t->name = def->name;
 	t->topic = pstrdup(OutboxJsonbOption(def->options, "topic"));
 	v = OutboxJsonbOption(def->options, "key");
@@ -1027,17 +1036,11 @@ kafka_validate(const DestinationDefinition *def)
 	char	   *hosts[KAFKA_MAX_BOOTSTRAP];
 	int			ports[KAFKA_MAX_BOOTSTRAP];
 	int			n;
-	const char *why;
 	const char *topic = DestinationOptionText(def, "topic");
 	const char *key = DestinationOptionText(def, "key");
 	const char *ordering = DestinationOptionText(def, "ordering");
 
-	if (!kafka_parse_url(def->url, hosts, ports, &n, &why))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("the url of destination \"%s\" is not a list of Kafka bootstrap servers",
-						def->name),
-				 errdetail("The url must be kafka://host:port[,host:port...]; %s.", why)));
+	kafka_bootstrap_servers(def, hosts, ports, &n);
 	if (topic != NULL && !kafka_topic_valid(topic))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -147,6 +147,13 @@ outbox.discovery_interval = 1
     return data, f"host={tmp} port={port} dbname=postgres"
 
 
+def emit_backlog(cur):
+    """N events to the route's destination, TXN_EVENTS per transaction."""
+    for first in range(0, N, TXN_EVENTS):
+        cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{PAYLOAD}')) "
+                    f"FROM generate_series(1, {min(TXN_EVENTS, N - first)}) g")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="outbox_relay_bench_")
     os.chmod(tmp, 0o777)
@@ -170,9 +177,7 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         time.sleep(2)
 
         # (a) outbox_pg throughput
-        for first in range(0, N, TXN_EVENTS):
-            cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{PAYLOAD}')) "
-                        f"FROM generate_series(1, {min(TXN_EVENTS, N - first)}) g")
+        emit_backlog(cur)
         relay_pid = None
         for _ in range(200):
             cur.execute("SELECT pid FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL ORDER BY worker LIMIT 1")
@@ -247,9 +252,7 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         # (d) the database's drain limit: the same backlog, claimed and
         # acknowledged by a procedure, the destination paused for the relay
         cur.execute("UPDATE outbox.destinations SET paused = true")
-        for first in range(0, N, TXN_EVENTS):
-            cur.execute(f"SELECT count(outbox.emit('bench.event', (g % 1000)::text, '{PAYLOAD}')) "
-                        f"FROM generate_series(1, {min(TXN_EVENTS, N - first)}) g")
+        emit_backlog(cur)
         cur.execute("""
 CREATE PROCEDURE bench_sql_drain(INOUT drained bigint DEFAULT 0) LANGUAGE plpgsql AS $$
 DECLARE

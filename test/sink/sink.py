@@ -74,13 +74,17 @@ def verify_signature(headers, body):
                for part in sig.split(" "))
 
 
+def structured_event(ev, mode):
+    """A structured-mode event (a JSON object), as check_cloudevent's tuple."""
+    ok = ev.get("specversion") == "1.0" and all(ev.get(k) for k in ("id", "type", "source"))
+    return ok, ev.get("id"), ev.get("type"), ev.get("subject"), ev.get("time"), ev.get("data"), mode
+
+
 def check_cloudevent(headers, body):
     """CloudEvents 1.0 HTTP binding, binary or structured mode."""
     ctype = headers.get("content-type", "")
     if ctype.startswith("application/cloudevents+json"):
-        ev = json.loads(body)
-        ok = ev.get("specversion") == "1.0" and all(ev.get(k) for k in ("id", "type", "source"))
-        return ok, ev.get("id"), ev.get("type"), ev.get("subject"), ev.get("time"), ev.get("data"), "structured"
+        return structured_event(json.loads(body), "structured")
     ok = (headers.get("ce-specversion") == "1.0" and all(headers.get(k) for k in ("ce-id", "ce-type", "ce-source"))
           and "ce-datacontenttype" not in headers and ctype.startswith("application/json"))
     data = json.loads(body) if body else None
@@ -95,12 +99,7 @@ def batch_events(headers, body):
     check_cloudevent's, or None when the request is not a batch."""
     ctype = headers.get("content-type", "")
     if ctype.startswith("application/cloudevents-batch+json"):
-        out = []
-        for ev in json.loads(body):
-            ok = ev.get("specversion") == "1.0" and all(ev.get(k) for k in ("id", "type", "source"))
-            out.append((ok, ev.get("id"), ev.get("type"), ev.get("subject"), ev.get("time"),
-                        ev.get("data"), "batch-cloudevents"))
-        return out
+        return [structured_event(ev, "batch-cloudevents") for ev in json.loads(body)]
     if ctype.startswith("application/json") and headers.get("idempotency-key", "").startswith("batch_"):
         out = []
         for ev in json.loads(body):
