@@ -22,7 +22,7 @@ EXTENSION = outbox_pg
 DATA = $(patsubst $(srcdir)/%,%,$(wildcard $(srcdir)/sql/outbox_pg--*.sql))
 PGFILEDESC = "outbox_pg - transactional outbox with an in-server relay"
 
-SHLIB_LINK += $(shell curl-config --libs) -lrdkafka
+SHLIB_LINK += $(shell curl-config --libs) -lrdkafka -lrabbitmq
 PG_CPPFLAGS += -I$(srcdir)/src $(shell curl-config --cflags)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 

@@ -1704,3 +1704,18 @@ COMMENT ON CONSTRAINT destinations_url_check ON outbox.destinations IS
 COMMENT ON COLUMN outbox.destinations.kind IS
     'webhook, sns, sqs, rabbitmq or kafka: the kinds the library registers; a destination is checked against its kind when written.';
 -- end of kind kafka (issue #16)
+
+------------------------------------------------------------------------
+-- kind amqp (issue #16)
+------------------------------------------------------------------------
+
+-- An AMQP destination's url names its broker, amqp://host[:port][/vhost]
+-- or amqps://...; the kind checks the rest (src/destination/amqp.c).
+ALTER TABLE outbox.destinations DROP CONSTRAINT destinations_url_check;
+ALTER TABLE outbox.destinations ADD CONSTRAINT destinations_url_check
+    CHECK (url OPERATOR(pg_catalog.~*) '^(https?|kafka|amqps?)://[^[:space:][:cntrl:]]+$');
+COMMENT ON CONSTRAINT destinations_url_check ON outbox.destinations IS
+    'The url is an http:// or https:// URL, or for kind kafka a kafka:// and for kind amqp an amqp:// or amqps:// URL, without spaces or control characters.';
+COMMENT ON COLUMN outbox.destinations.kind IS
+    'webhook, sns, sqs, rabbitmq, kafka or amqp: the kinds the library registers; a destination is checked against its kind when written.';
+-- end of kind amqp (issue #16)

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * destination.h
- *		  Destination kinds: webhook, sns, sqs, rabbitmq, kafka.
+ *		  Destination kinds: webhook, sns, sqs, rabbitmq, kafka, amqp.
  *
  * Copyright (c) 2026, outbox_pg developers
  *
@@ -289,6 +289,9 @@ extern void DestinationCheckInteger(const DestinationDefinition *def,
 									const char *hint);
 extern void DestinationCheckNoQuery(const DestinationDefinition *def,
 									const char *hint);
+extern char *DestinationRoutingKey(const char *template,
+								   const OutboxMessage *msg);
+extern void DestinationCheckRouting(const DestinationDefinition *def);
 
 /* cloudevents.c */
 extern const char *CloudEventSource(const DestinationConfig *config);

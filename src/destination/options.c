@@ -155,3 +155,57 @@ DestinationCheckNoQuery(const DestinationDefinition *def, const char *hint)
 						   def->kind),
 				 hint ? errhint("%s", hint) : 0));
 }
+
+/*
+ * The AMQP routing key of a message (kinds rabbitmq and amqp): the
+ * template with {type}, {aggregate_id} (empty when none) and
+ * {destination} replaced, palloc'd.
+ */
+char *
+DestinationRoutingKey(const char *template, const OutboxMessage *msg)
+{
+	StringInfoData out;
+	const char *p = template;
+
+	initStringInfo(&out);
+	while (*p)
+	{
+		if (strncmp(p, "{type}", 6) == 0)
+		{
+			appendStringInfoString(&out, msg->type);
+			p += 6;
+		}
+		else if (strncmp(p, "{aggregate_id}", 14) == 0)
+		{
+			appendStringInfoString(&out, msg->aggregate_id ? msg->aggregate_id : "");
+			p += 14;
+		}
+		else if (strncmp(p, "{destination}", 13) == 0)
+		{
+			appendStringInfoString(&out, msg->destination);
+			p += 13;
+		}
+		else
+			appendStringInfoChar(&out, *p++);
+	}
+	return out.data;
+}
+
+/*
+ * The routing options the RabbitMQ kinds share: routing_key (a template
+ * of at most 255 bytes, the limit of an AMQP short string) and unroutable
+ * (retry or dead).  ERROR 22023.
+ */
+void
+DestinationCheckRouting(const DestinationDefinition *def)
+{
+	static const char *const unroutable_choices[] = {"retry", "dead", NULL};
+	const char *routing_key = DestinationOptionText(def, "routing_key");
+
+	DestinationCheckChoice(def, "unroutable", unroutable_choices);
+	if (routing_key != NULL && strlen(routing_key) > 255)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option routing_key is longer than 255 bytes"),
+				 errdetail("AMQP routing keys have at most 255 bytes.")));
+}

@@ -111,37 +111,6 @@ rabbit_load(const DestinationConfig *config)
 	return t;
 }
 
-/* The routing key template with {type}, {aggregate_id}, {destination}. */
-static char *
-rabbit_routing_key(const RabbitTarget *t, const OutboxMessage *msg)
-{
-	StringInfoData out;
-	const char *p = t->routing_key;
-
-	initStringInfo(&out);
-	while (*p)
-	{
-		if (strncmp(p, "{type}", 6) == 0)
-		{
-			appendStringInfoString(&out, msg->type);
-			p += 6;
-		}
-		else if (strncmp(p, "{aggregate_id}", 14) == 0)
-		{
-			appendStringInfoString(&out, msg->aggregate_id ? msg->aggregate_id : "");
-			p += 14;
-		}
-		else if (strncmp(p, "{destination}", 13) == 0)
-		{
-			appendStringInfoString(&out, t->name);
-			p += 13;
-		}
-		else
-			appendStringInfoChar(&out, *p++);
-	}
-	return out.data;
-}
-
 /* The publish endpoint: {url}/api/exchanges/{vhost}/{exchange}/publish */
 static char *
 rabbit_publish_url(const RabbitTarget *t)
@@ -213,7 +182,7 @@ rabbit_build_request(void *target, OutboxMessage *const *msgs, int n,
 	appendStringInfoString(&body, ",\"content_type\":\"application/json\",\"delivery_mode\":2,\"app_id\":\"outbox_pg\",");
 	rabbit_append_headers(&body, t, msg);
 	appendStringInfoString(&body, "},\"routing_key\":");
-	escape_json(&body, rabbit_routing_key(t, msg));
+	escape_json(&body, DestinationRoutingKey(t->routing_key, msg));
 	appendStringInfoString(&body, ",\"payload\":");
 	escape_json(&body, msg->payload);
 	appendStringInfoString(&body, ",\"payload_encoding\":\"string\"}");
@@ -296,20 +265,11 @@ static const DestinationOption rabbitmq_options[] =
 	{NULL}
 };
 
-static const char *const rabbitmq_unroutable[] = {"retry", "dead", NULL};
-
 static void
 rabbitmq_validate(const DestinationDefinition *def)
 {
-	const char *routing_key = DestinationOptionText(def, "routing_key");
-
 	DestinationRequireCredentials(def, DEST_CREDENTIALS_BASIC);
-	DestinationCheckChoice(def, "unroutable", rabbitmq_unroutable);
-	if (routing_key != NULL && strlen(routing_key) > 255)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("option routing_key is longer than 255 bytes"),
-				 errdetail("AMQP routing keys have at most 255 bytes.")));
+	DestinationCheckRouting(def);
 }
 
 const DestinationRoutine rabbitmq_routine =

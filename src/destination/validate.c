@@ -9,7 +9,7 @@
  * order, and raises ERRCODE_INVALID_PARAMETER_VALUE at the first mistake:
  *
  *	1. the kind exists (GetDestinationRoutine lists the kinds), and the
- *	   url of an HTTP kind is http or https (the table allows kafka://);
+ *	   url of an HTTP kind is http or https (the table allows kafka:// and amqp[s]://);
  *	2. every key of options is the kind's own or common to all kinds, the
  *	   way PostgreSQL's option validators do it: a misspelt key gets a
  *	   "Perhaps you meant" hint, any other unknown key the list of keys;
@@ -248,7 +248,7 @@ DestinationValidate(const DestinationDefinition *def)
 {
 	const DestinationRoutine *routine = GetDestinationRoutine(def->kind);
 
-	/* the table allows kafka:// too (the kind's own check) */
+	/* the table allows kafka://, amqp:// and amqps:// too (their kinds check) */
 	if (routine->build_request != NULL &&
 		!DestinationMatches(def->url, "^https?://", true))
 		ereport(ERROR,

@@ -30,7 +30,7 @@ use Time::HiRes qw(time usleep);
 
 use Exporter 'import';
 our @EXPORT = qw(require_packages start_aws_sink stop_aws_sink aws_records start_local_sqs
-  stop_local_sqs sqs_call start_ce_receiver stop_ce_receiver ce_records start_rabbitmq stop_rabbitmq finish_rabbitmq rabbit_api
+  stop_local_sqs sqs_call start_ce_receiver stop_ce_receiver ce_records start_rabbitmq stop_rabbitmq finish_rabbitmq rabbit_api rabbit_ctl
   start_kafka_mock kafka_command kafka_consume
   AWS_KEY AWS_SECRET NODE_PREFIX);
 
@@ -296,6 +296,18 @@ sub stop_rabbitmq
 	$rmq->{running} = 0;
 	_wait_port($rmq->{mgmt}, 0, 30);
 	_wait_port($rmq->{amqp}, 0, 30);
+}
+
+# rabbitmqctl against the node (set_vm_memory_high_watermark ...); dies
+# when it fails.
+sub rabbit_ctl
+{
+	my ($rmq, @args) = @_;
+	local @ENV{ keys %{ $rmq->{env} } } = values %{ $rmq->{env} };
+	my $ctl = -x '/usr/lib/rabbitmq/bin/rabbitmqctl'
+	  ? '/usr/lib/rabbitmq/bin/rabbitmqctl' : '/usr/sbin/rabbitmqctl';
+	system($ctl, '-q', '-n', $rmq->{node}, @args) == 0
+	  or die "rabbitmqctl @args failed";
 }
 
 # Stop the node and the private epmd it started (its own port).
