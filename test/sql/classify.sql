@@ -73,7 +73,7 @@ SELECT s.status, s.body, c.outcome, c.error, c.destination_failed
  ORDER BY s.status, s.body;
 
 -- mistakes
-SELECT try($$SELECT * FROM outbox._classify('amqp', 200, '')$$);
+SELECT try($$SELECT * FROM outbox._classify('kinesis', 200, '')$$);
 SELECT try($$SELECT * FROM outbox._classify('rabbitmq', 200, '', ARRAY['a', 'b'])$$);
 SELECT try($$SELECT * FROM outbox._classify('sqs', 200, '', ARRAY[]::text[])$$);
 SELECT try($$SELECT * FROM outbox._classify('sqs', NULL, '')$$);

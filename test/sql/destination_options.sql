@@ -42,7 +42,7 @@ INSERT INTO outbox.destinations (name, kind, url, credentials, signing_secrets, 
 SELECT name, kind FROM outbox.destinations WHERE name LIKE 'do\_%' ORDER BY name;
 
 -- an unknown kind lists the kinds
-SELECT try_hint($$INSERT INTO outbox.destinations (name, kind, url) VALUES ('x', 'amqp', 'http://127.0.0.1:9/')$$);
+SELECT try_hint($$INSERT INTO outbox.destinations (name, kind, url) VALUES ('x', 'kinesis', 'http://127.0.0.1:9/')$$);
 SELECT try_hint($$UPDATE outbox.destinations SET kind = 'SNS' WHERE name = 'do_sns'$$);
 
 -- a misspelt option: "Perhaps you meant"; another unknown one: the list
