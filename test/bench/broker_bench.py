@@ -2,15 +2,17 @@
 """Relay throughput per destination kind, side by side in one run: webhook
 (nginx answering 204), SQS with SendMessageBatch (10 per request), SQS with
 one SendMessage per event, both against the local SQS emulator (npm
-local-aws-sqs, requests signed with SigV4), and RabbitMQ through the
-management API publish endpoint (a private rabbitmq-server node).
+local-aws-sqs, requests signed with SigV4), and RabbitMQ (a private
+rabbitmq-server node) through the management API publish endpoint and
+through AMQP with publisher confirms (kind amqp, rabbitmq-c).
 
 For each destination: N events are emitted up front while it is paused,
 then it is resumed and the time until the last one is published gives
-events/s.  One relay worker.  A benchmark, not a test: the emulator and the
+events/s.  BENCH_WORKERS relay workers (default 2).  A benchmark, not a test: the emulator and the
 management API are the bottleneck as much as the relay is.
 
-Environment: BENCH_BROKER_EVENTS (5000), BENCH_RABBIT_EVENTS (2000), PG_BIN
+Environment: BENCH_BROKER_EVENTS (5000), BENCH_RABBIT_EVENTS (2000, the
+management API), BENCH_AMQP_EVENTS (50000), BENCH_WORKERS (2), PG_BIN
 (the PostgreSQL bin directory, default Debian's).
 """
 import json
@@ -31,6 +33,8 @@ from relay_bench import BIN, free_port, start_cluster, start_nginx  # noqa: E402
 
 N = int(os.environ.get("BENCH_BROKER_EVENTS", "5000"))
 N_RABBIT = int(os.environ.get("BENCH_RABBIT_EVENTS", "2000"))
+N_AMQP = int(os.environ.get("BENCH_AMQP_EVENTS", "50000"))
+WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
 NODE_PREFIX = "/opt/outbox_pg-test/node"
 PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benchmark payment"}'
 
@@ -94,7 +98,7 @@ def start_rabbit(tmp):
     rabbit_api(url, "PUT", "/api/exchanges/%2F/bench", {"type": "direct", "durable": True})
     rabbit_api(url, "PUT", "/api/queues/%2F/bench", {"durable": True})
     rabbit_api(url, "POST", "/api/bindings/%2F/e/bench/q/bench", {"routing_key": "bench.event"})
-    return proc, env, url, epmd
+    return proc, env, url, epmd, amqp
 
 
 def rabbit_api(url, method, path, body=None):
@@ -125,7 +129,6 @@ def run_one(cur, dest, n):
     cur.execute("SELECT count(*) FILTER (WHERE status = 'dead'), count(*) FILTER (WHERE status = 'pending')"
                 " FROM outbox.events WHERE destination = %s", (dest,))
     dead, pending = cur.fetchone()
-    cur.execute("DELETE FROM outbox.events")
     print(f"  {dest}: {n} events in {elapsed:.1f} s (dead {dead}, pending {pending})", file=sys.stderr, flush=True)
     return n / elapsed
 
@@ -135,8 +138,8 @@ def main():
     os.chmod(tmp, 0o777)
     nginx_port = start_nginx(tmp)
     sqs, sqs_port = start_sqs()
-    rabbit, rabbit_env, rabbit_url, epmd = start_rabbit(tmp)
-    data, dsn = start_cluster(tmp, 1, poll_interval="1s")
+    rabbit, rabbit_env, rabbit_url, epmd, amqp_port = start_rabbit(tmp)
+    data, dsn = start_cluster(tmp, WORKERS, poll_interval="1s")
     results = {}
     try:
         conn = psycopg2.connect(dsn)
@@ -153,13 +156,15 @@ INSERT INTO outbox.destinations (name, kind, url, credentials, max_concurrency, 
    '{{"queue_url": "{q}/bench-batch", "region": "us-east-1"}}'),
   ('sqs_single', 'sqs', 'http://127.0.0.1:{sqs_port}/', 'aws', 64, true,
    '{{"queue_url": "{q}/bench-single", "region": "us-east-1", "batch_size": 1}}'),
-  ('rabbitmq', 'rabbitmq', '{rabbit_url}', 'rmq', 32, true, '{{"exchange": "bench"}}');
+  ('rabbitmq', 'rabbitmq', '{rabbit_url}', 'rmq', 32, true, '{{"exchange": "bench"}}'),
+  ('amqp', 'amqp', 'amqp://127.0.0.1:{amqp_port}', 'rmq', 256, true, '{{"exchange": "bench"}}');
 """)
         time.sleep(2)
         results["webhook"] = run_one(cur, "webhook", N)
         results["sqs_batch"] = run_one(cur, "sqs_batch", N)
         results["sqs_single"] = run_one(cur, "sqs_single", N)
         results["rabbitmq"] = run_one(cur, "rabbitmq", N_RABBIT)
+        results["amqp"] = run_one(cur, "amqp", N_AMQP)
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
         subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
@@ -171,7 +176,8 @@ INSERT INTO outbox.destinations (name, kind, url, credentials, max_concurrency, 
         shutil.rmtree(tmp, ignore_errors=True)
 
     print()
-    print(f"Relay throughput by destination kind — one worker, {N} events ({N_RABBIT} for RabbitMQ) emitted up front")
+    print(f"Relay throughput by destination kind — {WORKERS} relay worker(s), {N} events"
+          f" ({N_RABBIT} for the management API, {N_AMQP} for AMQP) emitted up front")
     print()
     print("| destination | how | events/s |")
     print("|---|---|---|")
@@ -179,8 +185,10 @@ INSERT INTO outbox.destinations (name, kind, url, credentials, max_concurrency, 
     print(f"| SQS (local-aws-sqs) | SendMessageBatch, 10 per request, SigV4 | {results['sqs_batch']:.0f} |")
     print(f"| SQS (local-aws-sqs) | SendMessage, one per request, SigV4 | {results['sqs_single']:.0f} |")
     print(f"| RabbitMQ 3.10 | management API publish, one per request | {results['rabbitmq']:.0f} |")
+    print(f"| RabbitMQ 3.10 | AMQP 0-9-1, publisher confirms, window 256 per worker | {results['amqp']:.0f} |")
     print()
-    print(f"SQS batch / single: {results['sqs_batch'] / results['sqs_single']:.1f}x")
+    print(f"SQS batch / single: {results['sqs_batch'] / results['sqs_single']:.1f}x;"
+          f" AMQP / management API: {results['amqp'] / results['rabbitmq']:.1f}x")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ use Time::HiRes qw(time usleep);
 BEGIN { require_packages('rabbitmq', 'pika', 'psycopg2'); }
 
 my $SRC = "$FindBin::RealBin/../..";
+my $consumer;
+# the consumer goes with the test, also when it dies half-way
+END { local $?; $consumer->kill_kill if $consumer && $consumer->pumpable; }
 my $rmq = start_rabbitmq();
 rabbit_api($rmq, 'PUT', '/api/exchanges/%2F/events', { type => 'topic', durable => JSON::PP::true });
 for my $q ('payments', 'ledger', 'burst')
@@ -187,7 +190,7 @@ $node->safe_psql('postgres', q{
 });
 my $clog = "$PostgreSQL::Test::Utils::tmp_check/amqp_consumer.log";
 my $cerr = "$PostgreSQL::Test::Utils::tmp_check/amqp_consumer.err";
-my $consumer = IPC::Run::start(
+$consumer = IPC::Run::start(
 	[
 		'/usr/bin/python3', "$SRC/test/sink/ledger_consumer.py", '--amqp-port', $rmq->{amqp},
 		'--queue', 'ledger', '--dsn', $node->connstr('postgres'), '--log', $clog
