@@ -115,6 +115,9 @@ typedef struct RelayDestination
 	char		name[NAMEDATALEN];	/* key */
 	int			in_flight;		/* its events alive: sending or waiting */
 	int			sending;		/* ... of which started */
+	int			slots;			/* of its concurrency, held by this relay
+								 * (deststats.c): sending never exceeds
+								 * them */
 	bool		probing;		/* the circuit's probe is among them */
 	int			batches;		/* its log batches in flight here */
 	dlist_head	waiting;		/* claimed, not started yet (in order);
@@ -498,6 +501,7 @@ delivery_destination(const char *name)
 	{
 		rd->in_flight = 0;
 		rd->sending = 0;
+		rd->slots = 0;
 		rd->probing = false;
 		rd->batches = 0;
 		dlist_init(&rd->waiting);
@@ -800,45 +804,64 @@ relay_lease_again_by(TimestampTz at)
 
 /*
  * How many events of this destination may be leased now; *probe is set
- * when the one event to lease is the circuit's probe.
+ * when the one event to lease is the circuit's probe.  The slots of the
+ * destination's concurrency are shared by the relays of the database
+ * (deststats.c): this settles what this relay holds of them, once per
+ * lease step, and gives back what its completed events held.
  */
 static int
 relay_capacity(RelayDestination *rd, TimestampTz now, bool *probe)
 {
-	int			free_slots;
-	TimestampTz recheck_at;
+	DestAdmission adm;
 
-	if (rd->paused)
-		return 0;
-	free_slots = Min(rd->max_concurrency - rd->in_flight,
-					 outbox_batch_size - total_in_flight);
-	if (free_slots <= 0)
-		return 0;
+	adm.limit = rd->max_concurrency;
+	adm.alive = rd->in_flight;
+	adm.in_use = rd->sending;
+	adm.want = 0;
+	if (!rd->paused)
+		adm.want = Max(Min(rd->max_concurrency - rd->in_flight,
+						   outbox_batch_size - total_in_flight), 0);
 
 	/*
 	 * Lease in chunks of at least a quarter of the destination's
 	 * concurrency, so a busy destination costs one lease per several
 	 * completions instead of one per completion.
 	 */
-	if (rd->in_flight > 0 && free_slots < Max(1, rd->max_concurrency / 4))
-		return 0;
-	if (rd->circuit_threshold <= 0)
-		return free_slots;
-	switch (OutboxCircuitPermit(rd->stats, now,
-								TimestampTzPlusMilliseconds(now, rd->timeout_ms +
-															outbox_lease_margin),
-								&recheck_at))
-	{
-		case CIRCUIT_PASS:
-			break;
-		case CIRCUIT_PROBE:
-			*probe = true;
-			return 1;
-		case CIRCUIT_WAIT:
-			relay_lease_again_by(recheck_at);
-			return 0;
-	}
-	return free_slots;
+	adm.chunk = (rd->in_flight > 0) ? Max(1, rd->max_concurrency / 4) : 1;
+	adm.circuit = (rd->circuit_threshold > 0);
+	adm.now = now;
+	adm.probe_expires_at = TimestampTzPlusMilliseconds(now, rd->timeout_ms +
+													   outbox_lease_margin);
+	OutboxDestAdmit(rd->stats, RELAY_SLOT_INDEX, &adm);
+	rd->slots = adm.held;
+	OutboxWakeRelays(adm.wake);
+	if (adm.recheck_at != 0)
+		relay_lease_again_by(adm.recheck_at);
+	*probe = adm.probe;
+	return adm.granted;
+}
+
+/*
+ * Nothing more to lease for this destination now: give back the slots of
+ * its concurrency that its events no longer need (or take those its
+ * waiting events lack, if free).  Costs nothing when they match.
+ */
+static void
+relay_settle(RelayDestination *rd, TimestampTz now)
+{
+	DestAdmission adm;
+
+	if (rd->slots == rd->in_flight)
+		return;
+	memset(&adm, 0, sizeof(adm));
+	adm.limit = rd->max_concurrency;
+	adm.alive = rd->in_flight;
+	adm.in_use = rd->sending;
+	adm.chunk = 1;
+	adm.now = now;
+	OutboxDestAdmit(rd->stats, RELAY_SLOT_INDEX, &adm);
+	rd->slots = adm.held;
+	OutboxWakeRelays(adm.wake);
 }
 
 /*
@@ -1297,8 +1320,9 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 
 /*
  * Take from the destination's waiting list what may start now: in order,
- * skipping blocked events, while fewer than max_concurrency are sending
- * (and nothing but the circuit's probe while it is out).  Their requests
+ * skipping blocked events, while fewer are sending than the slots this
+ * relay holds of the destination's concurrency (relay_capacity; nothing
+ * but the circuit's probe while it is out).  Their requests
  * are built; the list of them is returned for DeliveryStart().
  */
 static List *
@@ -1321,7 +1345,7 @@ delivery_pump(RelayDestination *rd)
 	{
 		RelayEvent *ev = dlist_container(RelayEvent, wait_node, iter.cur);
 
-		if (rd->sending >= rd->max_concurrency && !ev->probe)
+		if (rd->sending >= rd->slots)
 			break;
 		if (rd->probing && !ev->probe)
 			break;
@@ -1454,9 +1478,10 @@ delivery_pump_into(RelayDestination *rd, List **leased)
  * is claimed when its emitted generation (bumped by emit()'s commit,
  * wake.c) moved since its last claim that drained it, when that claim was
  * full (busy: claimed again at once), when a retry this relay wrote is
- * due, or when the sweep found due work; the others cost an atomic read.
- * Paused and circuit-open destinations are not claimed (their flags stay
- * until they are).
+ * due, or when the sweep found due work; the others cost an atomic read,
+ * and a settling of their slots (relay_settle) when events of theirs
+ * completed since.  Paused and circuit-open destinations are not claimed
+ * (their flags stay until they are).
  *
  * Every event counts as in flight as soon as it exists, and waits on its
  * destination's list until it is started; if anything fails later in the
@@ -1492,6 +1517,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 
 			if (generation == rd->seen_generation)
 			{
+				relay_settle(rd, now);
 				delivery_pump_into(rd, leased);
 				continue;
 			}
@@ -1508,6 +1534,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 			if (rd->claimed_at != 0 && now < gathered)
 			{
 				relay_lease_again_by(gathered);
+				relay_settle(rd, now);
 				delivery_pump_into(rd, leased);
 				continue;
 			}
@@ -1559,6 +1586,9 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 				rd->retry_due = 0;
 		}
 
+		/* slots granted and not used: the others may have them */
+		if (!rd->busy || probe)
+			relay_settle(rd, now);
 		delivery_pump_into(rd, leased);
 	}
 }
