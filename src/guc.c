@@ -269,7 +269,7 @@ define_relay_gucs(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("outbox.batch_size",
-							"Most requests one relay worker keeps in flight.",
+							"Most events one relay worker keeps in flight, over all destinations.",
 							NULL,
 							&outbox_batch_size,
 							200, 1, 10000,
