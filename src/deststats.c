@@ -84,11 +84,11 @@
  *	- A relay settles its holding once per lease step and destination
  *	  (OutboxDestAdmit), together with the circuit's permit: one spinlock
  *	  acquisition, not one per event.  It asks for its events alive
- *	  (leased, not yet recorded) plus what it would lease; it gets what is
- *	  free, gives back what it no longer needs (its events completed since
+ *	  (leased, not yet answered) plus what it would lease; it gets what is
+ *	  free, gives back what it no longer needs (its events answered since
  *	  the last step), and never less than its requests in flight.  The
- *	  slots of a completed request are so given back at the relay's next
- *	  lease step, which follows the record step at once.
+ *	  slots of an answered request are so given back at the relay's next
+ *	  lease step, in the loop iteration after the answer.
  *	- Fair shares: a relay that got less than it asked for sets its bit in
  *	  wanting.  While other relays want more, a relay holds at most an
  *	  equal share of max_concurrency (or its events alive, if more: those

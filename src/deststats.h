@@ -35,7 +35,7 @@ typedef struct DestAdmission
 {
 	/* asked */
 	int			limit;			/* max_concurrency */
-	int			alive;			/* its events alive (leased, not recorded) */
+	int			alive;			/* its events alive (leased, not answered) */
 	int			in_use;			/* ... of which started and unanswered */
 	int			want;			/* more it would lease now; 0: settle only */
 	int			chunk;			/* lease no fewer (while events are alive) */

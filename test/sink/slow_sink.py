@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import time
 
 REPLY = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"
@@ -86,6 +87,9 @@ async def main():
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--stats", required=True)
     args = p.parse_args()
+    # a connection per request in flight: as many as the hard limit allows
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     server = await asyncio.start_server(serve, "127.0.0.1", args.port, backlog=4096)
     print("listening", flush=True)
     async with server:
