@@ -814,11 +814,10 @@ relay_lease_again_by(TimestampTz at)
 /*
  * A destination's events that need a slot of its concurrency: waiting or
  * sending.  Answered ones wait for their result to be recorded with others
- * (relay.c), and their slots may serve new events meanwhile: the record
- * step of a relay with slow requests in flight waits up to
- * RECORD_DELAY_MS, and a fast destination next to a slow one must not
- * wait with it (its slots were idle 10 ms out of 11: 0.23x the events/s it
- * had alone, measured with test/bench/run concurrency).
+ * (relay.c), and their slots may serve new events meanwhile: while slow
+ * requests are in flight the record step waits up to RECORD_DELAY_MS for
+ * more results, and a fast destination next to a slow one would wait
+ * with it, its slots idle.
  */
 static inline int
 delivery_unanswered(RelayDestination *rd)
