@@ -21,7 +21,8 @@
  *	  Its counters then start over, like a counter after a restart.
  *	- In-flight counts are kept per relay slot: each relay writes only its
  *	  own cells (plain aligned stores, no lock), the readers sum them, and
- *	  a relay clears its cells when it exits.
+ *	  a relay clears its cells when it exits.  They are for the view only;
+ *	  the concurrency limit has cells of its own, below.
  *	- Results (status class, outcome, latency) go under the entry's
  *	  spinlock: a few additions, once per completed request.  Recent
  *	  counts are kept in 5-second buckets over the last minute.
@@ -66,7 +67,48 @@
  *	- An entry that cannot be had (more than 512 destinations in use by
  *	  running relays) means no statistics and no circuit breaker for that
  *	  destination: its events retry one by one, as with circuit_threshold
- *	  0.  That is logged.
+ *	  0, and its concurrency is split between the relays (see below).
+ *	  That is logged.
+ *
+ * The concurrency of a destination (max_concurrency, shared by every relay
+ * of the database; its state lives under the entry's spinlock):
+ *
+ *	- Each relay holds a number of the destination's slots (reserved[],
+ *	  one cell per relay slot, and their sum reserved_total).  A relay
+ *	  starts an event only while its events started and not yet answered
+ *	  are fewer than the slots it holds (delivery.c), so the requests in
+ *	  flight to the destination never exceed the sum, and the sum never
+ *	  exceeds max_concurrency: it is only raised under the spinlock, by
+ *	  what is free.  A batched request counts its events, so the limit
+ *	  counts events, as it always did.
+ *	- A relay settles its holding once per lease step and destination
+ *	  (OutboxDestAdmit), together with the circuit's permit: one spinlock
+ *	  acquisition, not one per event.  It asks for its events alive
+ *	  (leased, not yet answered) plus what it would lease; it gets what is
+ *	  free, gives back what it no longer needs (its events answered since
+ *	  the last step), and never less than its requests in flight.  The
+ *	  slots of an answered request are so given back at the relay's next
+ *	  lease step, in the loop iteration after the answer.
+ *	- Fair shares: a relay that got less than it asked for sets its bit in
+ *	  wanting.  While other relays want more, a relay holds at most an
+ *	  equal share of max_concurrency (or its events alive, if more: those
+ *	  are never taken away), so a relay that came first cannot keep every
+ *	  slot while another waits.  A relay that gives slots back while others
+ *	  want them wakes those (their next lease step asks again).
+ *	- A relay grows its holding in chunks of at least a quarter of
+ *	  max_concurrency while it has events alive (as it leases), so that a
+ *	  busy destination costs one lease per several completions.
+ *	- The circuit's probe takes a slot like any event: a half-open
+ *	  destination whose slots are all held by requests still in flight is
+ *	  probed when one is free.
+ *	- A relay's cells go when it exits (OutboxDestStatsRelayExit), and a
+ *	  crash restarts the cluster, so no slot outlives its holder.  Until
+ *	  each relay has seen a change of max_concurrency, the relays may
+ *	  count against different limits; a lowered limit is reached as the
+ *	  requests in flight complete.
+ *	- Without an entry (the array is full), a relay holds at most
+ *	  max_concurrency / outbox.workers_per_database (at least 1) on its
+ *	  own.
  *
  * Everything here describes the life of the running server: counters
  * start at zero when the server starts.
@@ -83,6 +125,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "port/pg_bitutils.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -93,6 +136,7 @@
 #include "outbox_pg.h"
 #include "guc.h"
 #include "retry.h"
+#include "shmem.h"
 #include "deststats.h"
 #include "destination/destination.h"
 
@@ -152,6 +196,11 @@ struct DestStats
 	TimestampTz probe_expires_at;
 	TimestampTz last_circuit_log_at;
 	bool		circuit_logged; /* the last opening was logged */
+
+	/* the concurrency, shared by the relays of the database (see above) */
+	int32		reserved[OUTBOX_MAX_RELAYS];	/* slots each relay holds */
+	int32		reserved_total; /* their sum */
+	uint64		wanting;		/* bit per relay slot short of what it asked */
 
 	uint64		responses[NCLASSES];
 	uint64		outcomes[3];	/* by DeliveryOutcome */
@@ -215,6 +264,9 @@ deststats_reset(DestStats *ds, Oid dboid, const char *name)
 	ds->probe_expires_at = 0;
 	ds->last_circuit_log_at = 0;
 	ds->circuit_logged = false;
+	memset(ds->reserved, 0, sizeof(ds->reserved));
+	ds->reserved_total = 0;
+	ds->wanting = 0;
 	memset(ds->responses, 0, sizeof(ds->responses));
 	memset(ds->outcomes, 0, sizeof(ds->outcomes));
 	ds->latency_us = 0;
@@ -357,43 +409,128 @@ OutboxDestStatsRecordResult(DestStats *ds, TimestampTz now, int status,
 }
 
 /*
- * May the calling relay lease events of this destination now?  Closed:
- * CIRCUIT_PASS.  Half-open with no live probe: the caller becomes the
- * prober until probe_expires_at (CIRCUIT_PROBE) and leases one event.
- * Otherwise CIRCUIT_WAIT, with *recheck_at set to when asking again makes
- * sense (the end of the pause, or the expiry of the probe that is out).
+ * The slots a relay may hold of a destination whose shared entry could not
+ * be had: an equal part of the limit, so that the relays of the database
+ * together stay within it (each relay of a database without entries
+ * counts alone).
  */
-CircuitPermit
-OutboxCircuitPermit(DestStats *ds, TimestampTz now,
-					TimestampTz probe_expires_at, TimestampTz *recheck_at)
+static int
+deststats_unshared_share(int limit)
 {
-	CircuitPermit result;
+	return Max(1, limit / Max(outbox_workers_per_database, 1));
+}
 
-	*recheck_at = 0;
+/*
+ * May the calling relay (in relay slot `slot`) lease events of this
+ * destination now, and how many?  Settles the slots it holds of the
+ * destination's concurrency and asks the circuit breaker, under one
+ * acquisition of the entry's spinlock (see the notes at the top).
+ *
+ * Closed circuit: adm->granted events may be leased (0 .. adm->want).
+ * Half-open with no live probe and a slot free: the caller becomes the
+ * prober until adm->probe_expires_at (adm->probe) and leases one event.
+ * Open, or another relay's probe out: nothing, with adm->recheck_at set to
+ * when asking again makes sense.  With adm->want 0 only the slots are
+ * settled (what is no longer needed is given back).  adm->held is what
+ * the relay holds afterwards, and adm->wake the relays to wake because it
+ * gave back slots they want.
+ */
+void
+OutboxDestAdmit(DestStats *ds, int slot, DestAdmission *adm)
+{
+	uint64		me = UINT64CONST(1) << slot;
+	int			want = Max(adm->want, 0);
+	int			chunk = adm->chunk;
+	bool		probe = false;
+	int			held;
+	int			others;
+	int			others_wanting;
+	int			target;
+	int			top;
+	int			fair;
+	int			now_held;
+
+	adm->granted = 0;
+	adm->probe = false;
+	adm->recheck_at = 0;
+	adm->wake = 0;
 	if (ds == NULL)
-		return CIRCUIT_PASS;
+	{
+		/* no shared entry: a part of the limit, and no circuit */
+		adm->held = Max(Min(adm->alive + want,
+							deststats_unshared_share(adm->limit)),
+						adm->in_use);
+		adm->granted = Min(Max(adm->held - adm->alive, 0), want);
+		return;
+	}
+
 	SpinLockAcquire(&ds->mutex);
-	if (ds->open_until == 0)
-		result = CIRCUIT_PASS;
-	else if (now < ds->open_until)
+
+	/* the circuit first: while it is open nothing more is leased */
+	if (adm->circuit && want > 0 && ds->open_until != 0)
 	{
-		*recheck_at = ds->open_until;
-		result = CIRCUIT_WAIT;
+		if (adm->now < ds->open_until)
+		{
+			adm->recheck_at = ds->open_until;
+			want = 0;
+		}
+		else if (ds->probe_pid != 0 && adm->now < ds->probe_expires_at)
+		{
+			/* a probe is out (maybe the caller's own): one at a time */
+			adm->recheck_at = ds->probe_expires_at;
+			want = 0;
+		}
+		else
+		{
+			probe = true;		/* half-open: one event, if a slot is free */
+			want = 1;
+			chunk = 1;
+		}
 	}
-	else if (ds->probe_pid != 0 && now < ds->probe_expires_at)
+
+	/*
+	 * The share: what it asks for (events alive and more), within an equal
+	 * share while others want more (never below its events alive), within
+	 * what the others leave, never below its requests in flight.
+	 */
+	held = ds->reserved[slot];
+	others = ds->reserved_total - held;
+	others_wanting = pg_popcount64(ds->wanting & ~me);
+	target = adm->alive + want;
+	fair = (others_wanting > 0) ?
+		Max(Max(adm->limit / (others_wanting + 1), 1), adm->alive) :
+		adm->limit;
+	top = Max(adm->limit - others, adm->in_use);
+	now_held = Min(Min(target, fair), top);
+	now_held = Max(now_held, adm->in_use);
+
+	/* grown in chunks while events are alive; its own slots it keeps */
+	adm->granted = Min(Max(now_held - adm->alive, 0), want);
+	if (adm->granted > 0 && adm->granted < chunk && adm->alive > 0)
 	{
-		/* a probe is out (maybe the caller's own): one at a time */
-		*recheck_at = ds->probe_expires_at;
-		result = CIRCUIT_WAIT;
+		adm->granted = 0;
+		now_held = Max(Min(now_held, Max(held, adm->alive)), adm->in_use);
 	}
-	else
+	if (probe && adm->granted > 0)
 	{
 		ds->probe_pid = MyProcPid;
-		ds->probe_expires_at = probe_expires_at;
-		result = CIRCUIT_PROBE;
+		ds->probe_expires_at = adm->probe_expires_at;
+		adm->probe = true;
 	}
+
+	if (now_held < target)
+		ds->wanting |= me;
+	else
+		ds->wanting &= ~me;
+	if (now_held < held && (ds->wanting & ~me) != 0)
+	{
+		adm->wake = ds->wanting & ~me;
+		ds->wanting &= me;		/* they ask again when woken */
+	}
+	ds->reserved[slot] = now_held;
+	ds->reserved_total += now_held - held;
 	SpinLockRelease(&ds->mutex);
-	return result;
+	adm->held = now_held;
 }
 
 /*
@@ -519,14 +656,18 @@ OutboxCircuitConfigure(DestStats *ds, bool disabled, bool resumed)
 }
 
 /*
- * A relay exits: its in-flight counts and its probes are no more, and it
- * no longer holds its entries.  Circuits stay: they describe the
+ * A relay exits: its in-flight counts, its slots of the destinations'
+ * concurrency and its probes are no more, and it no longer holds its
+ * entries.  Circuits stay: they describe the
  * destination, which the other relays (or this one, restarted) keep
  * using.
  */
 void
 OutboxDestStatsRelayExit(int slot)
 {
+	uint64		me = UINT64CONST(1) << slot;
+	uint64		wake = 0;
+
 	if (deststats == NULL || slot < 0 || slot >= OUTBOX_MAX_RELAYS)
 		return;
 	LWLockAcquire(deststats->lock, LW_EXCLUSIVE);
@@ -536,10 +677,24 @@ OutboxDestStatsRelayExit(int slot)
 
 		ds->in_flight[slot] = 0;
 		ds->attached &= ~(UINT64CONST(1) << slot);
-		if (OidIsValid(ds->dboid))
-			OutboxCircuitReleaseProbe(ds);
+		if (!OidIsValid(ds->dboid))
+			continue;
+		OutboxCircuitReleaseProbe(ds);
+
+		/* its slots are free: the relays that want them may have them */
+		SpinLockAcquire(&ds->mutex);
+		ds->wanting &= ~me;
+		if (ds->reserved[slot] > 0)
+		{
+			ds->reserved_total -= ds->reserved[slot];
+			ds->reserved[slot] = 0;
+			wake |= ds->wanting;
+			ds->wanting = 0;
+		}
+		SpinLockRelease(&ds->mutex);
 	}
 	LWLockRelease(deststats->lock);
+	OutboxWakeRelays(wake);
 }
 
 /*

@@ -27,12 +27,28 @@ extern void OutboxDestStatsRecordResult(DestStats *ds, TimestampTz now,
 										int64 duration_us);
 extern void OutboxDestStatsRelayExit(int slot);
 
-typedef enum CircuitPermit
+/*
+ * A relay's request to lease events of a destination (OutboxDestAdmit):
+ * its slots of the destination's concurrency and the circuit's permit.
+ */
+typedef struct DestAdmission
 {
-	CIRCUIT_PASS,				/* closed: lease as usual */
-	CIRCUIT_PROBE,				/* half-open: the caller sends the one probe */
-	CIRCUIT_WAIT				/* open, or another relay's probe is out */
-} CircuitPermit;
+	/* asked */
+	int			limit;			/* max_concurrency */
+	int			alive;			/* its events alive (leased, not answered) */
+	int			in_use;			/* ... of which started and unanswered */
+	int			want;			/* more it would lease now; 0: settle only */
+	int			chunk;			/* lease no fewer (while events are alive) */
+	bool		circuit;		/* ask the circuit breaker too */
+	TimestampTz now;
+	TimestampTz probe_expires_at;	/* a probe's end, should it be one */
+	/* answered */
+	int			granted;		/* events it may lease (0 .. want) */
+	int			held;			/* slots it holds now */
+	bool		probe;			/* the one event to lease is the probe */
+	TimestampTz recheck_at;		/* circuit open or probe out: ask then */
+	uint64		wake;			/* relay slots to wake (slots given back) */
+} DestAdmission;
 
 typedef enum CircuitTransition
 {
@@ -41,9 +57,7 @@ typedef enum CircuitTransition
 	CIRCUIT_CLOSED
 } CircuitTransition;
 
-extern CircuitPermit OutboxCircuitPermit(DestStats *ds, TimestampTz now,
-										 TimestampTz probe_expires_at,
-										 TimestampTz *recheck_at);
+extern void OutboxDestAdmit(DestStats *ds, int slot, DestAdmission *adm);
 extern void OutboxCircuitReleaseProbe(DestStats *ds);
 extern bool OutboxCircuitNote(DestStats *ds, bool failed,
 							  TimestampTz started_at, int threshold,

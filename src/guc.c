@@ -39,6 +39,7 @@ int			outbox_workers_per_database = 1;
 int			outbox_poll_interval = 1000;
 int			outbox_batch_size = 200;
 int			outbox_max_response_size = 64 * 1024;
+int			outbox_max_connections_per_worker = 512;
 EgressList *outbox_allowed_hosts_list = NULL;
 char	   *outbox_ca_file = NULL;
 int			outbox_discovery_interval = 10;
@@ -268,7 +269,7 @@ define_relay_gucs(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("outbox.batch_size",
-							"Most requests one relay worker keeps in flight.",
+							"Most events one relay worker keeps in flight, over all destinations.",
 							NULL,
 							&outbox_batch_size,
 							200, 1, 10000,
@@ -288,6 +289,15 @@ define_transport_gucs(void)
 							64 * 1024, 1024, 64 * 1024 * 1024,
 							PGC_SIGHUP,
 							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.max_connections_per_worker",
+							"Most HTTP connections one relay worker keeps open, in use or idle.",
+							"Connections to a host follow the concurrency of its destinations up to this; each is a file descriptor of the worker.",
+							&outbox_max_connections_per_worker,
+							512, 1, 65536,
+							PGC_SIGHUP,
+							0,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("outbox.allowed_hosts",

@@ -27,6 +27,7 @@ extern int	outbox_workers_per_database;
 extern int	outbox_poll_interval;
 extern int	outbox_batch_size;
 extern int	outbox_max_response_size;
+extern int	outbox_max_connections_per_worker;
 extern struct EgressList *outbox_allowed_hosts_list;	/* parsed form */
 extern char *outbox_ca_file;
 extern int	outbox_discovery_interval;

@@ -115,6 +115,24 @@ OutboxSetLatchByProcno(int procno)
 }
 
 /*
+ * Set the latches of the running relays of a set of slots (a bit per slot
+ * index).  A slot's procno is read without the lock: a stale one costs a
+ * spurious wake-up or a missed one, which the poll interval covers.
+ */
+void
+OutboxWakeRelays(uint64 slots)
+{
+	for (int i = 0; slots != 0 && i < OUTBOX_MAX_RELAYS; i++)
+	{
+		if ((slots & (UINT64CONST(1) << i)) == 0)
+			continue;
+		slots &= ~(UINT64CONST(1) << i);
+		if (outbox_shared->slots[i].pid != 0)
+			OutboxSetLatchByProcno(outbox_shared->slots[i].procno);
+	}
+}
+
+/*
  * Record a worker's state; the text is truncated to fit the slot.
  */
 void

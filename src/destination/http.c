@@ -18,6 +18,22 @@
  * (keep-alive) through the multi handle's connection cache, and finished
  * easy handles are reused too.
  *
+ * Connections: no limit per host.  The requests in flight to a host are
+ * already bounded by the slots the relay holds of its destinations'
+ * concurrency (deststats.c), so each can have a connection of its own;
+ * a fixed limit per host (64 until 0.4) made the requests beyond it wait
+ * inside curl, however high max_concurrency was.  What bounds them is
+ * outbox.max_connections_per_worker, used twice: as
+ * CURLMOPT_MAX_TOTAL_CONNECTIONS (connections open at once, busy or idle;
+ * when a new one is needed at the limit, curl closes the oldest idle one,
+ * and with none idle the request waits for one, its timeout running)
+ * and as CURLMOPT_MAXCONNECTS, the size of the cache of idle connections.
+ * The cache counts the connections in use too: one smaller than the
+ * requests in flight closes a connection at almost every answer, and
+ * keep-alive is lost.  Each connection is a file descriptor of the
+ * relay, within the process's limit of open files.  A change of the
+ * setting applies at the next request.
+ *
  * Rules for the callbacks: they run inside curl, so they never palloc,
  * never ereport and never longjmp.  The socket callback only calls
  * epoll_ctl(); the response body goes into a fixed buffer inside the
@@ -88,7 +104,10 @@ struct HttpClient
 	HttpRequest *done_tail;
 	CURL	   *pool[HTTP_POOL_SIZE];	/* finished handles, for reuse */
 	int			npool;
+	int			max_connections;	/* as last set on multi */
 };
+
+static void http_set_limits(HttpClient *client);
 
 static int
 http_socket_callback(CURL *easy, curl_socket_t fd, int what, void *userp,
@@ -246,9 +265,19 @@ HttpClientCreate(void)
 	curl_multi_setopt(client->multi, CURLMOPT_SOCKETDATA, client);
 	curl_multi_setopt(client->multi, CURLMOPT_TIMERFUNCTION, http_timer_callback);
 	curl_multi_setopt(client->multi, CURLMOPT_TIMERDATA, client);
-	curl_multi_setopt(client->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 64L);
-	curl_multi_setopt(client->multi, CURLMOPT_MAXCONNECTS, 256L);
+	http_set_limits(client);
 	return client;
+}
+
+/* Connections open at once and kept idle: see the top of the file. */
+static void
+http_set_limits(HttpClient *client)
+{
+	client->max_connections = outbox_max_connections_per_worker;
+	curl_multi_setopt(client->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
+					  (long) client->max_connections);
+	curl_multi_setopt(client->multi, CURLMOPT_MAXCONNECTS,
+					  (long) client->max_connections);
 }
 
 int
@@ -352,6 +381,8 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	req->refused = false;
 	req->egress_refused = false;
 	req->egress_error[0] = '\0';
+	if (client->max_connections != outbox_max_connections_per_worker)
+		http_set_limits(client);	/* reloaded */
 	if (!EgressCheckUrl(outbox_allowed_hosts_list, req->url, &req->egress_by_name,
 						req->error, sizeof(req->error)))
 	{

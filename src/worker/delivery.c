@@ -114,7 +114,11 @@ typedef struct RelayDestination
 {
 	char		name[NAMEDATALEN];	/* key */
 	int			in_flight;		/* its events alive: sending or waiting */
-	int			sending;		/* ... of which started */
+	int			sending;		/* ... of which started, not answered */
+	int			answered;		/* ... of which answered, not recorded */
+	int			slots;			/* of its concurrency, held by this relay
+								 * (deststats.c): sending never exceeds
+								 * them */
 	bool		probing;		/* the circuit's probe is among them */
 	int			batches;		/* its log batches in flight here */
 	dlist_head	waiting;		/* claimed, not started yet (in order);
@@ -221,6 +225,8 @@ typedef struct RelayEvent
 	bool		outage;			/* failed while the circuit was open */
 	bool		rejected;		/* decided before sending: no request */
 	bool		sending;		/* started (counted in dest->sending) */
+	bool		answered;		/* completed, its result not recorded yet
+								 * (counted in dest->answered) */
 	bool		recorded;		/* has its result (a log event's batch) */
 	bool		blocked;		/* waits for an earlier event of its aggregate */
 	bool		native_started; /* handed to a native client, not completed */
@@ -274,6 +280,7 @@ static int	config_lease_ms = 0;	/* the slowest destination's lease */
 MemoryContext relay_events_context = NULL;
 
 static int	total_in_flight = 0;
+static int	total_answered = 0; /* of them, answered and not recorded */
 
 /*
  * The native-client transport (destination.h): the cached destinations of
@@ -318,11 +325,15 @@ DeliveryInit(void)
 	pg_prng_seed(&prng, (uint64) MyProcPid ^ (uint64) GetCurrentTimestamp());
 }
 
-/* Events in flight (leased and not yet recorded), all destinations. */
+/*
+ * Events in flight (leased and not yet answered), all destinations.  An
+ * answered event waits a little for its result to be recorded with
+ * others (relay.c); it no longer counts.
+ */
 int
 DeliveryInFlight(void)
 {
-	return total_in_flight;
+	return total_in_flight - total_answered;
 }
 
 /* The plans delivery runs (kept: only the first call prepares them). */
@@ -498,6 +509,8 @@ delivery_destination(const char *name)
 	{
 		rd->in_flight = 0;
 		rd->sending = 0;
+		rd->answered = 0;
+		rd->slots = 0;
 		rd->probing = false;
 		rd->batches = 0;
 		dlist_init(&rd->waiting);
@@ -799,46 +812,80 @@ relay_lease_again_by(TimestampTz at)
 }
 
 /*
+ * A destination's events that need a slot of its concurrency: waiting or
+ * sending.  Answered ones wait for their result to be recorded with others
+ * (relay.c), and their slots may serve new events meanwhile: while slow
+ * requests are in flight the record step waits up to RECORD_DELAY_MS for
+ * more results, and a fast destination next to a slow one would wait
+ * with it, its slots idle.
+ */
+static inline int
+delivery_unanswered(RelayDestination *rd)
+{
+	return rd->in_flight - rd->answered;
+}
+
+/*
  * How many events of this destination may be leased now; *probe is set
- * when the one event to lease is the circuit's probe.
+ * when the one event to lease is the circuit's probe.  The slots of the
+ * destination's concurrency are shared by the relays of the database
+ * (deststats.c): this settles what this relay holds of them, once per
+ * lease step, and gives back what its answered events held.
  */
 static int
 relay_capacity(RelayDestination *rd, TimestampTz now, bool *probe)
 {
-	int			free_slots;
-	TimestampTz recheck_at;
+	DestAdmission adm;
+	int			alive = delivery_unanswered(rd);
 
-	if (rd->paused)
-		return 0;
-	free_slots = Min(rd->max_concurrency - rd->in_flight,
-					 outbox_batch_size - total_in_flight);
-	if (free_slots <= 0)
-		return 0;
+	adm.limit = rd->max_concurrency;
+	adm.alive = alive;
+	adm.in_use = rd->sending;
+	adm.want = 0;
+	if (!rd->paused)
+		adm.want = Max(Min(rd->max_concurrency - alive,
+						   outbox_batch_size - DeliveryInFlight()), 0);
 
 	/*
 	 * Lease in chunks of at least a quarter of the destination's
 	 * concurrency, so a busy destination costs one lease per several
 	 * completions instead of one per completion.
 	 */
-	if (rd->in_flight > 0 && free_slots < Max(1, rd->max_concurrency / 4))
-		return 0;
-	if (rd->circuit_threshold <= 0)
-		return free_slots;
-	switch (OutboxCircuitPermit(rd->stats, now,
-								TimestampTzPlusMilliseconds(now, rd->timeout_ms +
-															outbox_lease_margin),
-								&recheck_at))
-	{
-		case CIRCUIT_PASS:
-			break;
-		case CIRCUIT_PROBE:
-			*probe = true;
-			return 1;
-		case CIRCUIT_WAIT:
-			relay_lease_again_by(recheck_at);
-			return 0;
-	}
-	return free_slots;
+	adm.chunk = (alive > 0) ? Max(1, rd->max_concurrency / 4) : 1;
+	adm.circuit = (rd->circuit_threshold > 0);
+	adm.now = now;
+	adm.probe_expires_at = TimestampTzPlusMilliseconds(now, rd->timeout_ms +
+													   outbox_lease_margin);
+	OutboxDestAdmit(rd->stats, RELAY_SLOT_INDEX, &adm);
+	rd->slots = adm.held;
+	OutboxWakeRelays(adm.wake);
+	if (adm.recheck_at != 0)
+		relay_lease_again_by(adm.recheck_at);
+	*probe = adm.probe;
+	return adm.granted;
+}
+
+/*
+ * Nothing more to lease for this destination now: give back the slots of
+ * its concurrency that its events no longer need (or take those its
+ * waiting events lack, if free).  Costs nothing when they match.
+ */
+static void
+relay_settle(RelayDestination *rd, TimestampTz now)
+{
+	DestAdmission adm;
+
+	if (rd->slots == delivery_unanswered(rd))
+		return;
+	memset(&adm, 0, sizeof(adm));
+	adm.limit = rd->max_concurrency;
+	adm.alive = delivery_unanswered(rd);
+	adm.in_use = rd->sending;
+	adm.chunk = 1;
+	adm.now = now;
+	OutboxDestAdmit(rd->stats, RELAY_SLOT_INDEX, &adm);
+	rd->slots = adm.held;
+	OutboxWakeRelays(adm.wake);
 }
 
 /*
@@ -1052,6 +1099,27 @@ DeliveryStart(RelayEvent *ev)
 }
 
 /*
+ * An event's request was answered (or its native client reported): it no
+ * longer holds a slot of its destination's concurrency, and waits for its
+ * result to be recorded.
+ */
+static void
+delivery_answered(RelayEvent *ev)
+{
+	if (ev->sending)
+	{
+		ev->sending = false;
+		ev->dest->sending--;
+	}
+	if (!ev->answered)
+	{
+		ev->answered = true;
+		ev->dest->answered++;
+		total_answered++;
+	}
+}
+
+/*
  * Before a wait: the descriptors every native client wants watched join
  * the HTTP client's wait (HttpClientWatch), so its completions end the
  * wait like an answer does.
@@ -1113,6 +1181,7 @@ delivery_poll_one(LoadedDestination *d, List *pending)
 			MemoryContextSwitchTo(old);
 			ev->native_failed = failed[i];
 			ev->native_started = false;
+			delivery_answered(ev);
 			ev->req.duration_us = now - ev->started_at;
 			ev->loaded->outstanding--;
 			native_outstanding--;
@@ -1188,10 +1257,16 @@ List *
 DeliveryCompleted(List *pending, HttpRequest *req)
 {
 	RelayEvent *ev = relay_event_of(req);
+	ListCell   *lc;
 
-	if (ev->carried != NIL)
-		return list_concat(pending, ev->carried);
-	return lappend(pending, ev);
+	if (ev->carried == NIL)
+	{
+		delivery_answered(ev);
+		return lappend(pending, ev);
+	}
+	foreach(lc, ev->carried)
+		delivery_answered(lfirst(lc));
+	return list_concat(pending, ev->carried);
 }
 
 /*
@@ -1297,8 +1372,9 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 
 /*
  * Take from the destination's waiting list what may start now: in order,
- * skipping blocked events, while fewer than max_concurrency are sending
- * (and nothing but the circuit's probe while it is out).  Their requests
+ * skipping blocked events, while fewer are sending than the slots this
+ * relay holds of the destination's concurrency (relay_capacity; nothing
+ * but the circuit's probe while it is out).  Their requests
  * are built; the list of them is returned for DeliveryStart().
  */
 static List *
@@ -1321,7 +1397,7 @@ delivery_pump(RelayDestination *rd)
 	{
 		RelayEvent *ev = dlist_container(RelayEvent, wait_node, iter.cur);
 
-		if (rd->sending >= rd->max_concurrency && !ev->probe)
+		if (rd->sending >= rd->slots)
 			break;
 		if (rd->probing && !ev->probe)
 			break;
@@ -1454,9 +1530,10 @@ delivery_pump_into(RelayDestination *rd, List **leased)
  * is claimed when its emitted generation (bumped by emit()'s commit,
  * wake.c) moved since its last claim that drained it, when that claim was
  * full (busy: claimed again at once), when a retry this relay wrote is
- * due, or when the sweep found due work; the others cost an atomic read.
- * Paused and circuit-open destinations are not claimed (their flags stay
- * until they are).
+ * due, or when the sweep found due work; the others cost an atomic read,
+ * and a settling of their slots (relay_settle) when events of theirs
+ * completed since.  Paused and circuit-open destinations are not claimed
+ * (their flags stay until they are).
  *
  * Every event counts as in flight as soon as it exists, and waits on its
  * destination's list until it is started; if anything fails later in the
@@ -1492,6 +1569,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 
 			if (generation == rd->seen_generation)
 			{
+				relay_settle(rd, now);
 				delivery_pump_into(rd, leased);
 				continue;
 			}
@@ -1508,6 +1586,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 			if (rd->claimed_at != 0 && now < gathered)
 			{
 				relay_lease_again_by(gathered);
+				relay_settle(rd, now);
 				delivery_pump_into(rd, leased);
 				continue;
 			}
@@ -1559,6 +1638,9 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 				rd->retry_due = 0;
 		}
 
+		/* slots granted and not used: the others may have them */
+		if (!rd->busy || probe)
+			relay_settle(rd, now);
 		delivery_pump_into(rd, leased);
 	}
 }
@@ -1600,6 +1682,11 @@ DeliveryFreeEvent(RelayEvent *ev)
 	}
 	if (ev->sending)
 		ev->dest->sending--;
+	if (ev->answered)
+	{
+		ev->dest->answered--;
+		total_answered--;
+	}
 	if (ev->waiting)
 		dlist_delete(&ev->wait_node);
 	if (ev->chain_prev != NULL)

@@ -33,10 +33,11 @@
  * Each lease counts as an attempt, so a message that kills the worker
  * every time still runs out of attempts instead of crash-looping it.
  *
- * Per destination the worker keeps an in-flight count (capped by
- * max_concurrency) and asks the destination's circuit breaker before it
- * leases: the circuit is shared by all relays of the database and lives
- * in shared memory (deststats.c has the protocol).  After
+ * Per destination the worker holds slots of the destination's concurrency
+ * (max_concurrency counts the events in flight to it across every relay
+ * of the database) and asks the destination's circuit breaker before it
+ * leases: both are shared by all relays of the database and live in
+ * shared memory (deststats.c has the protocol).  After
  * options.circuit_threshold (default 5; 0 disables it) failed rounds in a
  * row no relay leases events of the destination for a pause (1 s,
  * doubling up to outbox.circuit_max_pause); then one relay sends a single

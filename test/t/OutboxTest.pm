@@ -18,7 +18,7 @@ use Time::HiRes qw(time usleep);
 use Exporter 'import';
 our @EXPORT = qw(new_outbox_node start_sink stop_sink restart_sink sink_records
   sink_ids wait_until relay_pids secret emit_events assert_zero_lost
-  start_fast_sink fast_sink_ids rss_anon_kb);
+  start_fast_sink fast_sink_ids start_slow_sink slow_sink_stats rss_anon_kb);
 
 my $SRC = abs_path(dirname(__FILE__) . '/../..');
 
@@ -116,6 +116,34 @@ sub fast_sink_ids
 	}
 	close $fh;
 	return \%ids;
+}
+
+# The slow receiver (test/sink/slow_sink.py) for concurrency tests:
+# /delay/<ms>/<name> answers 204 after <ms>, and the receiver counts the
+# requests it has in flight by name.  stop_sink() stops it.
+sub start_slow_sink
+{
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $stats = "$PostgreSQL::Test::Utils::tmp_check/slow_sink_$port.json";
+	my $out = '';
+	my $h = IPC::Run::start(
+		[ 'python3', "$SRC/test/sink/slow_sink.py", '--port', $port, '--stats', $stats ],
+		'>', \$out, '2>', \$out);
+	_wait_port($port, 1);
+	return { port => $port, stats => $stats, handle => $h, url => "http://127.0.0.1:$port" };
+}
+
+# What the slow receiver measured (see slow_sink.py): a hash with
+# connections, max_connections and names => { name => { requests,
+# in_flight, max_in_flight, first, last } }; empty before its first report.
+sub slow_sink_stats
+{
+	my ($sink) = @_;
+	open(my $fh, '<', $sink->{stats}) or return { names => {} };
+	local $/;
+	my $json = <$fh>;
+	close $fh;
+	return decode_json($json);
 }
 
 # A process's anonymous resident memory (RssAnon), in kB.

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Delivery to a slow receiver (issue #20): events/s against a receiver
+that answers 204 after BENCH_DELAY_MS (200), next to the bound Little's law
+puts on it (max_concurrency / delay), and the most requests the receiver
+itself saw in flight (test/sink/slow_sink.py measures that).
+
+The rows of the issue's table, each on a throwaway cluster: relay workers,
+outbox.batch_size and max_concurrency
+
+    1 worker,  batch_size 200,  max_concurrency 16
+    1 worker,  batch_size 200,  max_concurrency 200
+    2 workers, batch_size 1000, max_concurrency 1000
+    1 worker,  batch_size 1000, max_concurrency 1000  (row 4: only with BENCH_ROWS=4)
+
+and, with BENCH_NEIGHBOUR=1, a fast destination (answers at once,
+max_concurrency 64) next to the third row: its events/s alone and next to
+the slow one at its limit.  Each row: a backlog of events (destination
+paused, emitted in transactions of 100, resumed), timed from the resume
+until the receiver has answered every event.  BENCH_EVENTS scales the backlogs (default 1: 1,000, 5,000
+and 20,000 events); BENCH_SETTINGS adds server settings
+("a = 1; b = 2").  A benchmark, not a test.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import psycopg2
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from relay_bench import BIN, cpu_seconds, free_port, start_cluster  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SINK = next(p for p in (os.path.join(HERE, "slow_sink.py"), os.path.join(HERE, "..", "sink", "slow_sink.py"))
+            if os.path.exists(p))
+DELAY = int(os.environ.get("BENCH_DELAY_MS", "200"))
+SCALE = float(os.environ.get("BENCH_EVENTS", "1"))
+NEIGHBOUR = os.environ.get("BENCH_NEIGHBOUR", "") == "1"
+FAST_EVENTS = 5000
+ROWS = [(1, 200, 16, 1000), (1, 200, 200, 5000), (2, 1000, 1000, 20000), (1, 1000, 1000, 20000)]
+WHICH = [int(r) for r in os.environ.get("BENCH_ROWS", "1,2,3").split(",")]
+SETTINGS = os.environ.get("BENCH_SETTINGS", "").replace(";", "\n")
+
+
+def start_sink(tmp):
+    port = free_port()
+    stats = os.path.join(tmp, "sink.json")
+    proc = subprocess.Popen([sys.executable, SINK, "--port", str(port), "--stats", stats],
+                            stdout=subprocess.PIPE)
+    proc.stdout.readline()
+    return proc, port, stats
+
+
+def sink_stats(path):
+    for _ in range(50):
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            time.sleep(0.1)
+    return {"names": {}}
+
+
+def emit(cur, dest, n):
+    for first in range(0, n, 100):
+        cur.execute("SELECT count(outbox.emit('bench.slow', (g %% 1000)::text, '{}', destination => %s)) "
+                    "FROM generate_series(1, %s) g", (dest, min(100, n - first)))
+
+
+def answered(stats, name):
+    return sink_stats(stats)["names"].get(name, {}).get("requests", 0)
+
+
+def wait_for(cond, what):
+    deadline = time.time() + 600
+    while not cond():
+        if time.time() > deadline:
+            raise RuntimeError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def resume_and_wait(cur, stats, name, until):
+    """Resume a destination; seconds until the receiver answered `until`
+    requests of it in all."""
+    t0 = time.time()
+    cur.execute("UPDATE outbox.destinations SET paused = false WHERE name = %s", (name,))
+    wait_for(lambda: answered(stats, name) >= until, f"{until} answers of {name}")
+    return time.time() - t0
+
+
+def run_row(workers, batch_size, conc, n, neighbour):
+    tmp = tempfile.mkdtemp(prefix="outbox_conc_bench_")
+    os.chmod(tmp, 0o777)
+    sink, port, stats = start_sink(tmp)
+    data, dsn = start_cluster(tmp, workers, poll_interval="1s", extra=f"outbox.batch_size = {batch_size}\n{SETTINGS}\n")
+    out = {}
+    try:
+        conn = psycopg2.connect(dsn)
+        conn.autocommit = True
+        cur = conn.cursor()
+        cur.execute("CREATE EXTENSION outbox_pg")
+        cur.execute("INSERT INTO outbox.destinations (name, url, timeout_ms, max_concurrency, paused) VALUES "
+                    "('slow', %s, 60000, %s, true), ('fast', %s, 60000, 64, true)",
+                    (f"http://127.0.0.1:{port}/delay/{DELAY}/slow", conc,
+                     f"http://127.0.0.1:{port}/delay/0/fast"))
+        while True:
+            cur.execute("SELECT count(*) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
+            if cur.fetchone()[0] == workers:
+                break
+            time.sleep(0.1)
+        time.sleep(1)
+        emit(cur, "slow", n)
+        cur.execute("SELECT array_agg(pid) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
+        relays = cur.fetchone()[0]
+        with open(f"/proc/{relays[0]}/limits") as f:
+            out["nofile"] = next(line.split()[3] for line in f if line.startswith("Max open files"))
+        cpu0 = [cpu_seconds(p) or 0 for p in relays] + [cpu_seconds(sink.pid) or 0]
+        t_start = time.time()
+        if not neighbour:
+            out["rate"] = n / resume_and_wait(cur, stats, "slow", n)
+        else:
+            # the fast one alone, then next to the slow one at its limit
+            nf = FAST_EVENTS
+            emit(cur, "fast", nf)
+            out["fast_alone"] = nf / resume_and_wait(cur, stats, "fast", nf)
+            cur.execute("UPDATE outbox.destinations SET paused = true WHERE name = 'fast'")
+            emit(cur, "fast", nf)
+            t0 = time.time()
+            cur.execute("UPDATE outbox.destinations SET paused = false WHERE name = 'slow'")
+            # at its limit, or as close as it gets in 5 s
+            wait_for(lambda: sink_stats(stats)["names"].get("slow", {}).get("in_flight", 0) >= conc * 0.9
+                     or time.time() > t0 + 5, "the slow destination at its limit")
+            out["fast_next"] = nf / resume_and_wait(cur, stats, "fast", 2 * nf)
+            out["slow_left"] = n - answered(stats, "slow")
+            wait_for(lambda: answered(stats, "slow") >= n, "every answer of slow")
+            out["rate"] = n / (time.time() - t0)
+        wall = time.time() - t_start
+        cpu1 = [cpu_seconds(p) or 0 for p in relays] + [cpu_seconds(sink.pid) or 0]
+        out["cpu"] = "relays " + " + ".join(f"{100 * (b - a) / wall:.0f}%" for a, b in zip(cpu0[:-1], cpu1[:-1])) + \
+            f", receiver {100 * (cpu1[-1] - cpu0[-1]) / wall:.0f}%"
+        time.sleep(0.3)
+        s = sink_stats(stats)
+        out["max_in_flight"] = s["names"].get("slow", {}).get("max_in_flight")
+        out["max_connections"] = s.get("max_connections")
+        conn.close()
+    finally:
+        subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True)
+        sink.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def main():
+    print(f"receiver answers after {DELAY} ms; BENCH_ROWS {','.join(map(str, WHICH))}; settings: {SETTINGS or '-'}\n")
+    print("| relay workers | batch_size | max_concurrency | events | delivered | bound: max_concurrency / delay | receiver: most in flight | connections | CPU (of a core) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    notes = []
+    for i, (workers, batch_size, conc, n) in enumerate(ROWS):
+        if i + 1 not in WHICH:
+            continue
+        n = max(100, int(n * SCALE) // 100 * 100)
+        neighbour = NEIGHBOUR and i == 2
+        r = run_row(workers, batch_size, conc, n, neighbour)
+        bound = conc * 1000.0 / DELAY
+        print(f"| {workers} | {batch_size} | {conc} | {n} | {r['rate']:.0f} ev/s | {bound:.0f} -> {r['rate'] / bound:.2f}x "
+              f"| {r['max_in_flight']} | {r['max_connections']} | {r['cpu']} |", flush=True)
+        notes.append(f"row {i + 1}: the relay's limit of open files {r['nofile']}")
+        if neighbour:
+            notes.append(f"row {i + 1}: a fast neighbour (max_concurrency 64, answers at once, {FAST_EVENTS} events): "
+                         f"{r['fast_alone']:.0f} ev/s alone, {r['fast_next']:.0f} ev/s next to the slow one at its limit "
+                         f"({r['fast_next'] / r['fast_alone']:.2f}x; the slow one had {r['slow_left']} events to go then)")
+    print()
+    for note in notes:
+        print(note)
+
+
+if __name__ == "__main__":
+    main()

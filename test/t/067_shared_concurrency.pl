@@ -1,0 +1,128 @@
+# max_concurrency is the destination's, not each relay's (issue #20): with
+# two relay workers and a receiver that answers after 200-500 ms and
+# counts the requests it has in flight itself (test/sink/slow_sink.py),
+#   - max_concurrency 16: never more than 16 in flight, with both workers
+#     delivering;
+#   - max_concurrency 200: well above 128 in flight (two workers at the
+#     old 64 connections per host each), never above 200: the connections
+#     follow the concurrency;
+#   - a slow destination (500 ms) at its limit does not hold up a fast one
+#     of the same workers: every fast event is answered while the slow
+#     destination still has most of its events to go.
+# Events are emitted in many small transactions, so both workers claim.
+# Assertions are on bounds, with generous deadlines, never on timings.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $sink = start_slow_sink();
+my $u = $sink->{url};
+my $node = new_outbox_node('conc', q{
+outbox.workers_per_database = 2
+outbox.batch_size = 400
+});
+$node->start;
+$node->safe_psql('postgres', qq{
+	CREATE EXTENSION outbox_pg;
+	INSERT INTO outbox.destinations (name, url, timeout_ms, max_concurrency) VALUES
+		('c16', '$u/delay/200/c16', 60000, 16),
+		('c200', '$u/delay/500/c200', 60000, 200),
+		('slow', '$u/delay/500/slow', 60000, 8),
+		('fast', '$u/delay/0/fast', 60000, 16);
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 2 FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL}),
+	'two relay workers run');
+
+# n events to dest, per events a transaction, with a pause of ms
+# milliseconds after each commit: every commit wakes both workers, and
+# both claim (a backlog that is there all at once is claimed by one
+# worker, the other finding it taken)
+sub emit_in_transactions
+{
+	my ($dest, $n, $per, $ms) = @_;
+	my $txns = $n / $per;
+	my $pause = ($ms // 0) / 1000.0;
+	$node->safe_psql('postgres', qq{
+		DO \$\$
+		BEGIN
+			FOR t IN 0 .. $txns - 1 LOOP
+				PERFORM outbox.emit('conc.$dest', (t * $per + g)::text, '{}', destination => '$dest')
+				   FROM generate_series(1, $per) g;
+				COMMIT;
+				PERFORM pg_catalog.pg_sleep($pause);
+			END LOOP;
+		END \$\$});
+}
+
+# events published by each relay worker so far, by pid
+sub published_by_worker
+{
+	my %n = map { split /\|/ } split /\n/, $node->safe_psql('postgres', q{
+		SELECT pid, published FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL});
+	return \%n;
+}
+
+sub answered
+{
+	my ($name) = @_;
+	return slow_sink_stats($sink)->{names}{$name}{requests} // 0;
+}
+
+# 1. max_concurrency 16 with two workers: 16 in flight at most (each
+# worker kept 16 before: 32).  600 events in 4 s or more, faster than the
+# 80 a second that 16 at 200 ms deliver: both workers have work.
+my $before = published_by_worker();
+emit_in_transactions('c16', 600, 4, 25);
+ok(wait_until(sub { answered('c16') >= 600 }, 300), 'c16: 600 events answered');
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 600 FROM outbox.events WHERE destination = 'c16' AND status = 'published'}),
+	'c16: 600 events published');
+my $c16 = slow_sink_stats($sink)->{names}{c16};
+cmp_ok($c16->{max_in_flight}, '<=', 16, "c16: the receiver never had more than 16 in flight ($c16->{max_in_flight})");
+cmp_ok($c16->{max_in_flight}, '>=', 12, 'c16: ... and the limit was used');
+my $after = published_by_worker();
+my @busy = grep { ($after->{$_} // 0) - ($before->{$_} // 0) > 0 } keys %$after;
+is(scalar(@busy), 2, 'c16: both workers delivered ('
+	. join(', ', map { ($after->{$_} // 0) - ($before->{$_} // 0) } sort keys %$after) . ')');
+
+# 2. max_concurrency 200: more than two workers' old 64 connections each
+# (the backlog is there when the destination is resumed: one worker may
+# well take all of it)
+$before = $after;
+$node->safe_psql('postgres', q{SELECT outbox.pause('c200')});
+emit_in_transactions('c200', 2000, 10);
+$node->safe_psql('postgres', q{SELECT outbox.resume('c200')});
+ok(wait_until(sub { answered('c200') >= 2000 }, 300), 'c200: 2,000 events answered');
+my $c200 = slow_sink_stats($sink)->{names}{c200};
+cmp_ok($c200->{max_in_flight}, '<=', 200, "c200: never more than 200 in flight ($c200->{max_in_flight})");
+cmp_ok($c200->{max_in_flight}, '>', 128, 'c200: more than 2 x 64 in flight: connections follow the concurrency');
+$after = published_by_worker();
+note('c200: published by worker: '
+	. join(', ', map { ($after->{$_} // 0) - ($before->{$_} // 0) } sort keys %$after)
+	. "; the receiver saw at most " . slow_sink_stats($sink)->{max_connections} . ' connections');
+
+# 3. no head-of-line blocking: the slow destination at its limit (8 at
+# 500 ms: 300 events take 19 s or more), the fast one goes through
+emit_in_transactions('slow', 300, 10, 25);
+ok(wait_until(sub { (slow_sink_stats($sink)->{names}{slow}{in_flight} // 0) >= 8 }, 120),
+	'slow: at its limit');
+emit_in_transactions('fast', 400, 10);
+ok(wait_until(sub { answered('fast') >= 400 }, 300), 'fast: 400 events answered');
+my $slow_done = answered('slow');
+cmp_ok($slow_done, '<', 300, "fast: done while the slow destination still had events to go ($slow_done of 300 answered)");
+ok(wait_until(sub { answered('slow') >= 300 }, 300), 'slow: 300 events answered');
+my $slow = slow_sink_stats($sink)->{names}{slow};
+cmp_ok($slow->{max_in_flight}, '<=', 8, "slow: never more than 8 in flight ($slow->{max_in_flight})");
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 3300 FROM outbox.events WHERE status = 'published'}),
+	'every event is published');
+
+$node->stop;
+stop_sink($sink);
+done_testing();
