@@ -23,7 +23,7 @@ use Time::HiRes ();
 
 BEGIN { require_packages('librdkafka-dev', 'kcat'); }
 
-my $k = start_kafka_mock('orders', 'small', 'denied', 'ordered', 'stream', 'ce');
+my $k = start_kafka_mock('orders', 'small', 'denied', 'ordered', 'stream', 'ce', 'pressure');
 note("mock cluster at $k->{bootstrap}");
 
 my $node = new_outbox_node('kafka', "restart_after_crash = on\n");
@@ -36,6 +36,8 @@ $node->safe_psql('postgres', qq{
 		('kafka_denied', 'kafka', '$k->{url}', 3000, 1000, 2000, '{"topic": "denied", "circuit_threshold": 0}'),
 		('kafka_ordered', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "ordered", "ordering": "aggregate", "linger.ms": 0}'),
 		('kafka_stream', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "stream", "compression.type": "lz4"}'),
+		('kafka_pressure', 'kafka', '$k->{url}', 3000, 100, 1000,
+		 '{"topic": "pressure", "ordering": "aggregate", "queue.buffering.max.messages": 5}'),
 		('kafka_ce', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "ce", "cloudevents": true, "source": "urn:shop"}');
 });
 
@@ -165,6 +167,30 @@ for my $msg (kafka_consume($k, 'ordered'))
 	$last{ $msg->{key} } = $n;
 }
 ok($in_order && keys(%last) == 3, 'each aggregate\'s events are in order on its partition');
+
+# 5b. back-pressure: a local queue of 5 messages with 40 aggregates in
+# flight; a produce refused as queue-full holds the event and those after
+# it, in order, until the next lease step: every event is published, each
+# aggregate's in order
+@ids = split / /, $node->safe_psql('postgres', q{
+	SELECT string_agg(outbox.emit('order.pressed', 'agg-' || (g % 40), jsonb_build_object('n', g),
+	                              destination => 'kafka_pressure')::text, ' ' ORDER BY g)
+	  FROM generate_series(1, 400) g});
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 400 FROM outbox.events WHERE type = 'order.pressed' AND status = 'published'}),
+	'queue full (back-pressure): all 400 events published');
+%last = ();
+$in_order = 1;
+my %pressed;
+for my $msg (kafka_consume($k, 'pressure'))
+{
+	my $n = decode_json($msg->{payload})->{n};
+	$pressed{ $msg->{headers}{message_id} }++;
+	$in_order = 0 if defined $last{ $msg->{key} } && $n <= $last{ $msg->{key} };
+	$last{ $msg->{key} } = $n;
+}
+ok($in_order && keys(%last) == 40, 'back-pressure keeps each aggregate\'s order');
+is(scalar(grep { !$pressed{$_} } @ids), 0, 'back-pressure: zero lost');
 
 # 6. SIGKILL of the relay mid-stream: nothing lost
 @ids = emit_events($node, 'order.kill9', 'kafka_stream', 600);
