@@ -41,10 +41,20 @@ extern bool EgressCheckAddress(const EgressList *list,
 struct curl_slist;
 #define HTTP_ERROR_SIZE			256 /* CURL_ERROR_SIZE, checked in http.c */
 
+/* The HTTP version a request asks for (a webhook's options.http_version). */
+typedef enum HttpVersion
+{
+	HTTP_VERSION_AUTO = 0,		/* HTTP/2 where TLS negotiates it, else 1.1 */
+	HTTP_VERSION_1_1,			/* HTTP/1.1 only */
+	HTTP_VERSION_2				/* HTTP/2, over plain http too (h2c with
+								 * prior knowledge) */
+} HttpVersion;
+
 typedef struct HttpRequest
 {
 	/* set by the caller before HttpClientStart() */
 	const char *url;
+	HttpVersion http_version;
 	struct curl_slist *headers; /* HttpRequestAddHeader() only */
 	const char *body;
 	size_t		body_len;
@@ -86,5 +96,8 @@ extern int	HttpClientRunning(HttpClient *client);
 extern void HttpRequestAddHeader(HttpRequest *req, const char *line);
 extern void HttpClientSkip(HttpClient *client, HttpRequest *req);
 extern bool HttpClientWatch(HttpClient *client, pgsocket fd, uint32 events);
+extern bool HttpClientHttp2(void);
+extern bool HttpClientHttp2Sound(void);
+extern const char *HttpClientLibcurlVersion(void);
 
 #endif							/* OUTBOX_HTTP_H */

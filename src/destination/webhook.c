@@ -120,6 +120,7 @@ typedef struct WebhookTarget
 	int			batch_max_bytes;	/* body bytes per request, when batched */
 	bool		structured;		/* CloudEvents structured mode */
 	bool		avoid_encoding;	/* percent_encoding = 'avoid' */
+	HttpVersion http_version;	/* options.http_version */
 	const char *source;			/* ce-source */
 	List	   *headers;		/* "Name: value" strings */
 	List	   *signing_keys;	/* StringInfo of raw key bytes */
@@ -249,6 +250,7 @@ webhook_load(const DestinationConfig *config)
 	WebhookTarget *t = palloc0(sizeof(WebhookTarget));
 	const char *batch = OutboxJsonbOption(config->def->options, "batch");
 	const char *encoding = DestinationOptionText(config->def, "percent_encoding");
+	const char *version = DestinationOptionText(config->def, "http_version");
 	const char *v;
 	ListCell   *lc;
 
@@ -265,6 +267,11 @@ webhook_load(const DestinationConfig *config)
 		t->batch_max_bytes = Max(1024, Min(WEBHOOK_MAX_BATCH_BYTES, atoi(v)));
 	t->structured = config->structured;
 	t->avoid_encoding = (encoding != NULL && strcmp(encoding, "avoid") == 0);
+	t->http_version = HTTP_VERSION_AUTO;
+	if (version != NULL && strcmp(version, "1.1") == 0)
+		t->http_version = HTTP_VERSION_1_1;
+	else if (version != NULL && strcmp(version, "2") == 0)
+		t->http_version = HTTP_VERSION_2;
 	t->headers = config->header_lines;
 	t->bearer_token = config->bearer_token;
 	t->source = CloudEventSource(config);
@@ -464,6 +471,7 @@ webhook_build_request(void *target, OutboxMessage *const *msgs, int n,
 	const OutboxMessage *ev = msgs[0];
 	bool		structured = webhook_structured(t, ev);
 
+	req->http_version = t->http_version;
 	if (t->batch != WEBHOOK_BATCH_NONE)
 		return webhook_build_batch(t, msgs, n, req);
 	webhook_body(t, ev, structured, req);
@@ -533,11 +541,42 @@ static const DestinationOption webhook_options[] =
 	{"batch", DEST_OPTION_STRING, false},
 	{"batch_size", DEST_OPTION_NUMBER, false},
 	{"batch_max_bytes", DEST_OPTION_NUMBER, false},
+	{"http_version", DEST_OPTION_STRING, false},	/* auto | 1.1 | 2 */
 	{NULL}
 };
 
 static const char *const webhook_percent_encodings[] = {"allow", "avoid", NULL};
 static const char *const webhook_batch_choices[] = {"cloudevents", "array", NULL};
+static const char *const webhook_http_versions[] = {"auto", "1.1", "2", NULL};
+
+/*
+ * http_version 2 needs a libcurl with HTTP/2, and over plain http (h2c) one
+ * that can reuse such a connection (8.0 or later, HttpClientHttp2Sound).
+ */
+static void
+webhook_check_http2(const DestinationDefinition *def)
+{
+	const char *version = DestinationOptionText(def, "http_version");
+	bool		cleartext;
+
+	if (version == NULL || strcmp(version, "2") != 0)
+		return;
+	cleartext = (def->url != NULL && pg_strncasecmp(def->url, "http:", 5) == 0);
+	if (!HttpClientHttp2())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("option http_version of destination \"%s\" is 2, but this server's libcurl %s has no HTTP/2",
+						def->name, HttpClientLibcurlVersion()),
+				 errhint("Use http_version auto or 1.1, or a libcurl built with nghttp2.")));
+	if (cleartext && !HttpClientHttp2Sound())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("option http_version of destination \"%s\" is 2 over plain http, which needs libcurl 8.0 or later",
+						def->name),
+				 errdetail("This server's libcurl %s cannot reuse an HTTP/2 connection without TLS.",
+						   HttpClientLibcurlVersion()),
+				 errhint("Use an https:// URL (HTTP/2 over TLS works), or http_version auto or 1.1.")));
+}
 
 /*
  * What delivery assumes of a webhook: every signing secret decodes to a key
@@ -586,6 +625,8 @@ webhook_validate(const DestinationDefinition *def)
 	CloudEventCheckSource(def);
 	DestinationCheckChoice(def, "percent_encoding", webhook_percent_encodings);
 	DestinationCheckChoice(def, "batch", webhook_batch_choices);
+	DestinationCheckChoice(def, "http_version", webhook_http_versions);
+	webhook_check_http2(def);
 	DestinationCheckInteger(def, "batch_size", 1, WEBHOOK_MAX_BATCH,
 							"A batch carries at most 1000 events.");
 	DestinationCheckInteger(def, "batch_max_bytes", 1024, WEBHOOK_MAX_BATCH_BYTES,

@@ -18,7 +18,11 @@ the slow one at its limit.  Each row: a backlog of events (destination
 paused, emitted in transactions of 100, resumed), timed from the resume
 until the receiver has answered every event.  BENCH_EVENTS scales the backlogs (default 1: 1,000, 5,000
 and 20,000 events); BENCH_SETTINGS adds server settings
-("a = 1; b = 2").  A benchmark, not a test.
+("a = 1; b = 2").  BENCH_HTTP2=1: the slow destination is reached over
+HTTP/2 with TLS (http_version '2'), through nginx with a throwaway
+certificate in front of the receiver; "connections" is then the relay's
+connections to nginx (distinct in nginx's log), not the receiver's.  A
+benchmark, not a test.
 """
 import json
 import os
@@ -43,6 +47,63 @@ FAST_EVENTS = 5000
 ROWS = [(1, 200, 16, 1000), (1, 200, 200, 5000), (2, 1000, 1000, 20000), (1, 1000, 1000, 20000)]
 WHICH = [int(r) for r in os.environ.get("BENCH_ROWS", "1,2,3").split(",")]
 SETTINGS = os.environ.get("BENCH_SETTINGS", "").replace(";", "\n")
+HTTP2 = os.environ.get("BENCH_HTTP2", "") == "1"
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def start_h2_front(tmp, sink_port):
+    """nginx speaking HTTP/2 over TLS on a free port, passing every request
+    on to the receiver (keep-alive, HTTP/1.1); returns (process, port, the
+    certificate, its access log)."""
+    d = os.path.join(tmp, "nginx")
+    os.makedirs(d)
+    cert, key, log = (os.path.join(d, f) for f in ("cert.pem", "key.pem", "access.log"))
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", key,
+                    "-out", cert, "-subj", "/CN=outbox_pg bench", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    version = subprocess.run([NGINX, "-v"], capture_output=True, text=True).stderr
+    major, minor, patch = (int(x) for x in version.split("/")[1].split()[0].split(".")[:3])
+    new_h2 = (major, minor, patch) >= (1, 25, 1)
+    port = free_port()
+    for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        os.makedirs(os.path.join(d, sub))
+    with open(os.path.join(d, "nginx.conf"), "w") as f:
+        f.write(f"""daemon off;
+master_process off;
+worker_rlimit_nofile 16384;
+error_log {d}/error.log warn;
+pid {d}/nginx.pid;
+events {{ worker_connections 8192; }}
+http {{
+    log_format c '$connection';
+    access_log {log} c;
+    client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+    upstream receiver {{ server 127.0.0.1:{sink_port}; keepalive 2048; }}
+    server {{
+        listen 127.0.0.1:{port} ssl{'' if new_h2 else ' http2'};
+        {'http2 on;' if new_h2 else ''}
+        keepalive_requests 1000000;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        location / {{ proxy_pass http://receiver; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+    }}
+}}
+""")
+    proc = subprocess.Popen([NGINX, "-p", d, "-c", os.path.join(d, "nginx.conf")])
+    for _ in range(100):
+        if os.path.exists(os.path.join(d, "nginx.pid")):
+            break
+        time.sleep(0.05)
+    return proc, port, cert, log
+
+
+def distinct_connections(log):
+    try:
+        with open(log) as f:
+            return len(set(f.read().split()))
+    except OSError:
+        return None
 
 
 def start_sink(tmp):
@@ -95,17 +156,24 @@ def run_row(workers, batch_size, conc, n, neighbour):
     tmp = tempfile.mkdtemp(prefix="outbox_conc_bench_")
     os.chmod(tmp, 0o777)
     sink, port, stats = start_sink(tmp)
-    data, dsn = start_cluster(tmp, workers, poll_interval="1s", extra=f"outbox.batch_size = {batch_size}\n{SETTINGS}\n")
+    front = None
+    slow_url, slow_options, extra = f"http://127.0.0.1:{port}/delay/{DELAY}/slow", "{}", ""
+    if HTTP2:
+        front, front_port, cert, front_log = start_h2_front(tmp, port)
+        slow_url = f"https://127.0.0.1:{front_port}/delay/{DELAY}/slow"
+        slow_options = '{"http_version": "2"}'
+        extra = f"outbox.ca_file = '{cert}'\n"
+    data, dsn = start_cluster(tmp, workers, poll_interval="1s",
+                              extra=f"outbox.batch_size = {batch_size}\n{extra}{SETTINGS}\n")
     out = {}
     try:
         conn = psycopg2.connect(dsn)
         conn.autocommit = True
         cur = conn.cursor()
         cur.execute("CREATE EXTENSION outbox_pg")
-        cur.execute("INSERT INTO outbox.destinations (name, url, timeout_ms, max_concurrency, paused) VALUES "
-                    "('slow', %s, 60000, %s, true), ('fast', %s, 60000, 64, true)",
-                    (f"http://127.0.0.1:{port}/delay/{DELAY}/slow", conc,
-                     f"http://127.0.0.1:{port}/delay/0/fast"))
+        cur.execute("INSERT INTO outbox.destinations (name, url, timeout_ms, max_concurrency, paused, options) VALUES "
+                    "('slow', %s, 60000, %s, true, %s), ('fast', %s, 60000, 64, true, '{}')",
+                    (slow_url, conc, slow_options, f"http://127.0.0.1:{port}/delay/0/fast"))
         while True:
             cur.execute("SELECT count(*) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
             if cur.fetchone()[0] == workers:
@@ -144,17 +212,20 @@ def run_row(workers, batch_size, conc, n, neighbour):
         time.sleep(0.3)
         s = sink_stats(stats)
         out["max_in_flight"] = s["names"].get("slow", {}).get("max_in_flight")
-        out["max_connections"] = s.get("max_connections")
+        out["max_connections"] = distinct_connections(front_log) if HTTP2 else s.get("max_connections")
         conn.close()
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True)
         sink.kill()
+        if front:
+            front.kill()
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
 def main():
-    print(f"receiver answers after {DELAY} ms; BENCH_ROWS {','.join(map(str, WHICH))}; settings: {SETTINGS or '-'}\n")
+    print(f"receiver answers after {DELAY} ms; BENCH_ROWS {','.join(map(str, WHICH))}; settings: {SETTINGS or '-'}"
+          f"{'; over HTTP/2 with TLS (nginx in front)' if HTTP2 else ''}\n")
     print("| relay workers | batch_size | max_concurrency | events | delivered | bound: max_concurrency / delay | receiver: most in flight | connections | CPU (of a core) |")
     print("|---|---|---|---|---|---|---|---|---|")
     notes = []

@@ -100,6 +100,16 @@ INSERT INTO outbox.destinations (name, url, options) VALUES
 SELECT name, options FROM outbox.destinations WHERE name LIKE 'do_batch%' ORDER BY name;
 ROLLBACK;
 
+-- a webhook's HTTP version: auto (the default: HTTP/2 where TLS offers it),
+-- 1.1 or 2, as strings (over https here: 2 over plain http depends on the
+-- libcurl, TAP 068 tests it)
+SELECT o AS options, try_hint(format($$INSERT INTO outbox.destinations (name, url, options) VALUES ('h' || md5(%L), 'https://127.0.0.1:9/', %L)$$, o, o))
+  FROM (VALUES ('{"http_version": "auto"}'), ('{"http_version": "1.1"}'), ('{"http_version": "2"}'),
+               ('{"http_version": "3"}'), ('{"http_version": "HTTP/2"}'), ('{"http_version": 2}'),
+               ('{"http_versoin": "2"}')) AS t(o);
+SELECT options FROM outbox.destinations WHERE options ? 'http_version' ORDER BY options::text;
+DELETE FROM outbox.destinations WHERE options ? 'http_version';
+
 -- CloudEvents: a webhook's percent_encoding (allow or avoid); SNS and SQS
 -- send the payload or a CloudEvent as the body, with its source
 SELECT n, o AS options, try_hint(format($$INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES (%L, %L, %L, %L, %L)$$, 'ce' || n, k, u, c, o))
