@@ -220,10 +220,12 @@ sub ce_records
 # A private RabbitMQ node: its own ports, node name, data directory and
 # config, listening on 127.0.0.1 only, management plugin enabled.  Runs as
 # the invoking (postgres) user with a private HOME (for the Erlang
-# cookie).  The Debian system service is not used.
+# cookie).  The Debian system service is not used.  start_rabbitmq(undef,
+# tls => 1) adds an AMQPS listener ($rmq->{amqps}) with a throwaway
+# certificate for the name localhost only ($rmq->{cert}, also its CA).
 sub start_rabbitmq
 {
-	my ($rmq) = @_;
+	my ($rmq, %opt) = @_;
 	if (!$rmq)
 	{
 		my $base = "$PostgreSQL::Test::Utils::tmp_check/rabbitmq";
@@ -238,6 +240,22 @@ sub start_rabbitmq
 		print $fh "listeners.tcp.1 = 127.0.0.1:$amqp\n",
 		  "management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = $mgmt\n",
 		  "loopback_users.guest = true\n";
+		my $amqps;
+		if ($opt{tls})
+		{
+			$amqps = PostgreSQL::Test::Cluster::get_free_port();
+			my $err = '';
+			IPC::Run::run([ 'openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
+					'-keyout', "$base/key.pem", '-out', "$base/cert.pem", '-subj', '/CN=localhost',
+					'-addext', 'subjectAltName=DNS:localhost' ], '>', \$err, '2>', \$err)
+			  or die "openssl: $err";
+			print $fh "listeners.ssl.1 = 127.0.0.1:$amqps\n",
+			  "ssl_options.cacertfile = $base/cert.pem\n",
+			  "ssl_options.certfile = $base/cert.pem\n",
+			  "ssl_options.keyfile = $base/key.pem\n",
+			  "ssl_options.verify = verify_none\n",
+			  "ssl_options.fail_if_no_peer_cert = false\n";
+		}
 		close $fh;
 		open($fh, '>', "$base/enabled_plugins") or die;
 		print $fh "[rabbitmq_management].\n";
@@ -248,6 +266,7 @@ sub start_rabbitmq
 		chmod 0400, "$base/home/.erlang.cookie";
 		$rmq = {
 			base => $base, amqp => $amqp, mgmt => $mgmt, dist => $dist, epmd => $epmd,
+			($opt{tls} ? (amqps => $amqps, cert => "$base/cert.pem") : ()),
 			node => "outboxpg$mgmt\@localhost",
 			url => "http://127.0.0.1:$mgmt",
 		};
