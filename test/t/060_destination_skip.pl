@@ -52,7 +52,7 @@ is($node->safe_psql('postgres', q{
 my $log = slurp_file($node->logfile);
 my $warnings = () = $log =~ /WARNING:  outbox_pg relay skips destination "broken"/g;
 is($warnings, 1, 'one WARNING, not one per lease step');
-like($log, qr/WARNING:  outbox_pg relay skips destination "broken"\n.*DETAIL:  unknown destination kind "nosuch"\n.*HINT:  The kinds are: webhook, sns, sqs, rabbitmq, kafka\./,
+like($log, qr/WARNING:  outbox_pg relay skips destination "broken"\n.*DETAIL:  unknown destination kind "nosuch"\n.*HINT:  The kinds are: webhook, sns, sqs, rabbitmq, kafka, amqp\./,
 	'with the reason and the hint');
 unlike($log, qr/failed a cycle/, 'no relay cycle failed');
 
