@@ -4,7 +4,15 @@
 one SendMessage per event, both against the local SQS emulator (npm
 local-aws-sqs, requests signed with SigV4), and RabbitMQ (a private
 rabbitmq-server node) through the management API publish endpoint and
-through AMQP with publisher confirms (kind amqp, rabbitmq-c).
+through AMQP with publisher confirms (kind amqp, rabbitmq-c), and Kafka
+(kind kafka, librdkafka) to librdkafka's mock cluster
+(test/sink/kafka_mock.c, built here), beside the database's own drain
+limit measured in the same run: the same number of events claimed and
+acknowledged by a procedure through the relay's store functions, no
+network (as test/bench/run relay measures it).  The relay workers' private
+memory (RssAnon, the largest of them) is read before and after each row:
+with BENCH_AMQP_EVENTS / BENCH_KAFKA_EVENTS at 200000 it shows whether it
+stays flat.
 
 For each destination: N events are emitted up front while it is paused,
 then it is resumed and the time until the last one is published gives
@@ -12,8 +20,10 @@ events/s.  BENCH_WORKERS relay workers (default 2).  A benchmark, not a test: th
 management API are the bottleneck as much as the relay is.
 
 Environment: BENCH_BROKER_EVENTS (5000), BENCH_RABBIT_EVENTS (2000, the
-management API), BENCH_AMQP_EVENTS (50000), BENCH_WORKERS (2), PG_BIN
-(the PostgreSQL bin directory, default Debian's).
+management API), BENCH_AMQP_EVENTS (50000), BENCH_KAFKA_EVENTS (50000, also
+the drain limit's), BENCH_TXN_EVENTS (100: events per emitting
+transaction; a claim takes whole transactions), BENCH_WORKERS (2), PG_BIN (the PostgreSQL bin
+directory, default Debian's).
 """
 import json
 import os
@@ -28,12 +38,17 @@ import base64
 import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay_bench import BIN, free_port, start_cluster, start_nginx  # noqa: E402
+from relay_bench import BIN, free_port, rss_kb, start_cluster, start_nginx  # noqa: E402
 
 
 N = int(os.environ.get("BENCH_BROKER_EVENTS", "5000"))
 N_RABBIT = int(os.environ.get("BENCH_RABBIT_EVENTS", "2000"))
 N_AMQP = int(os.environ.get("BENCH_AMQP_EVENTS", "50000"))
+N_KAFKA = int(os.environ.get("BENCH_KAFKA_EVENTS", "50000"))
+TXN = int(os.environ.get("BENCH_TXN_EVENTS", "100"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+KAFKA_MOCK = next(p for p in (os.path.join(HERE, "kafka_mock.c"), os.path.join(HERE, "..", "sink", "kafka_mock.c"))
+                  if os.path.exists(p))
 WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
 NODE_PREFIX = "/opt/outbox_pg-test/node"
 PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benchmark payment"}'
@@ -109,10 +124,66 @@ def rabbit_api(url, method, path, body=None):
         return r.read()
 
 
+def start_kafka(tmp):
+    """librdkafka's mock cluster with the topic bench (3 partitions); returns
+    (process, bootstrap address)."""
+    binary = os.path.join(tmp, "kafka_mock")
+    subprocess.run(["cc", "-O2", "-o", binary, KAFKA_MOCK, "-lrdkafka"], check=True)
+    state, fifo = os.path.join(tmp, "kafka_state"), os.path.join(tmp, "kafka_commands")
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([binary, state, fifo, "bench"])
+    for _ in range(300):
+        if os.path.exists(state) and os.path.getsize(state) > 0:
+            with open(state) as f:
+                return proc, f.readline().strip()
+        time.sleep(0.05)
+    raise RuntimeError("kafka_mock did not start")
+
+
+def relay_rss(cur):
+    cur.execute("SELECT array_agg(pid) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
+    return max((rss_kb(p) or 0) for p in cur.fetchone()[0] or [0])
+
+
+def sql_drain(cur, n):
+    """The database's own drain limit: n events of the paused destination
+    'drain' claimed and acknowledged by a procedure (relay_bench.py's (d)),
+    with the relay's session settings; events/s."""
+    cur.execute("UPDATE outbox.destinations SET paused = true")
+    for first in range(0, n, TXN):
+        cur.execute(f"SELECT count(outbox.emit('bench.event', (g %% 1000)::text, '{PAYLOAD}', destination => 'drain'))"
+                    " FROM generate_series(1, %s) g", (min(TXN, n - first),))
+    cur.execute("""
+CREATE PROCEDURE bench_sql_drain(INOUT drained bigint DEFAULT 0) LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+    s bigint;
+BEGIN
+    LOOP
+        SELECT count(*), max(c.seq) INTO n, s FROM outbox._claim(256, '60 s', 'drain') AS c;
+        EXIT WHEN s IS NULL;
+        PERFORM outbox._claim_ack('drain', s);
+        drained := drained + n;
+        COMMIT;
+    END LOOP;
+END $$""")
+    cur.execute("SET plan_cache_mode = force_generic_plan")
+    cur.execute("SET synchronous_commit = off")
+    t0 = time.time()
+    cur.execute("CALL bench_sql_drain()")
+    drained = cur.fetchone()[0]
+    elapsed = time.time() - t0
+    cur.execute("RESET plan_cache_mode")
+    cur.execute("RESET synchronous_commit")
+    print(f"  SQL drain: {drained} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
+    return drained / elapsed
+
+
 def run_one(cur, dest, n):
     cur.execute("UPDATE outbox.destinations SET paused = true")
-    cur.execute(f"SELECT count(outbox.emit('bench.event', (g %% 1000)::text, '{PAYLOAD}', destination => %s))"
-                " FROM generate_series(1, %s) g", (dest, n))
+    for first in range(0, n, TXN):
+        cur.execute(f"SELECT count(outbox.emit('bench.event', (g %% 1000)::text, '{PAYLOAD}', destination => %s))"
+                    " FROM generate_series(1, %s) g", (dest, min(TXN, n - first)))
     cur.execute("SELECT coalesce(sum(published), 0) FROM outbox.workers() WHERE database = 'postgres'")
     before = cur.fetchone()[0]
     t0 = time.time()
@@ -133,12 +204,20 @@ def run_one(cur, dest, n):
     return n / elapsed
 
 
+def run_row(cur, results, dest, n):
+    """run_one, with the relay's memory before and after."""
+    before = relay_rss(cur)
+    results[dest] = run_one(cur, dest, n)
+    results[dest + "_rss"] = (before, relay_rss(cur))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="outbox_broker_bench_")
     os.chmod(tmp, 0o777)
     nginx_port = start_nginx(tmp)
     sqs, sqs_port = start_sqs()
     rabbit, rabbit_env, rabbit_url, epmd, amqp_port = start_rabbit(tmp)
+    kafka, bootstrap = start_kafka(tmp)
     data, dsn = start_cluster(tmp, WORKERS, poll_interval="1s")
     results = {}
     try:
@@ -157,18 +236,21 @@ INSERT INTO outbox.destinations (name, kind, url, credentials, max_concurrency, 
   ('sqs_single', 'sqs', 'http://127.0.0.1:{sqs_port}/', 'aws', 64, true,
    '{{"queue_url": "{q}/bench-single", "region": "us-east-1", "batch_size": 1}}'),
   ('rabbitmq', 'rabbitmq', '{rabbit_url}', 'rmq', 32, true, '{{"exchange": "bench"}}'),
-  ('amqp', 'amqp', 'amqp://127.0.0.1:{amqp_port}', 'rmq', 256, true, '{{"exchange": "bench"}}');
+  ('amqp', 'amqp', 'amqp://127.0.0.1:{amqp_port}', 'rmq', 256, true, '{{"exchange": "bench"}}'),
+  ('kafka', 'kafka', 'kafka://{bootstrap}', NULL, 1000, true, '{{"topic": "bench"}}'),
+  ('drain', 'webhook', 'http://127.0.0.1:{nginx_port}/drain', NULL, 16, true, '{{}}');
 """)
         time.sleep(2)
-        results["webhook"] = run_one(cur, "webhook", N)
-        results["sqs_batch"] = run_one(cur, "sqs_batch", N)
-        results["sqs_single"] = run_one(cur, "sqs_single", N)
-        results["rabbitmq"] = run_one(cur, "rabbitmq", N_RABBIT)
-        results["amqp"] = run_one(cur, "amqp", N_AMQP)
+        results["rss_start"] = relay_rss(cur)
+        for dest, n in (("webhook", N), ("sqs_batch", N), ("sqs_single", N), ("rabbitmq", N_RABBIT),
+                        ("amqp", N_AMQP), ("kafka", N_KAFKA)):
+            run_row(cur, results, dest, n)
+        results["sql_drain"] = sql_drain(cur, N_KAFKA)
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
         subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
         sqs.terminate()
+        kafka.kill()
         subprocess.run(["/usr/lib/rabbitmq/bin/rabbitmqctl", "-n", rabbit_env["RABBITMQ_NODENAME"], "stop"],
                        env=rabbit_env, capture_output=True)
         rabbit.wait(timeout=60)
@@ -176,19 +258,27 @@ INSERT INTO outbox.destinations (name, kind, url, credentials, max_concurrency, 
         shutil.rmtree(tmp, ignore_errors=True)
 
     print()
+    r = results
     print(f"Relay throughput by destination kind — {WORKERS} relay worker(s), {N} events"
-          f" ({N_RABBIT} for the management API, {N_AMQP} for AMQP) emitted up front")
+          f" ({N_RABBIT} for the management API, {N_AMQP} for AMQP, {N_KAFKA} for Kafka) emitted up front,"
+          f" {TXN} per transaction")
     print()
-    print("| destination | how | events/s |")
-    print("|---|---|---|")
-    print(f"| webhook | nginx 204, one POST per event | {results['webhook']:.0f} |")
-    print(f"| SQS (local-aws-sqs) | SendMessageBatch, 10 per request, SigV4 | {results['sqs_batch']:.0f} |")
-    print(f"| SQS (local-aws-sqs) | SendMessage, one per request, SigV4 | {results['sqs_single']:.0f} |")
-    print(f"| RabbitMQ 3.10 | management API publish, one per request | {results['rabbitmq']:.0f} |")
-    print(f"| RabbitMQ 3.10 | AMQP 0-9-1, publisher confirms, window 256 per worker | {results['amqp']:.0f} |")
+    print("| destination | how | events | events/s | relay RssAnon before / after (kB) |")
+    print("|---|---|---|---|---|")
+    for dest, what, n in (("webhook", "nginx 204, one POST per event", N),
+                          ("sqs_batch", "SQS (local-aws-sqs), SendMessageBatch, 10 per request, SigV4", N),
+                          ("sqs_single", "SQS (local-aws-sqs), SendMessage, one per request, SigV4", N),
+                          ("rabbitmq", "RabbitMQ, management API publish, one per request", N_RABBIT),
+                          ("amqp", "RabbitMQ, AMQP 0-9-1 with publisher confirms, window 256", N_AMQP),
+                          ("kafka", "Kafka mock cluster, acks=all, idempotent, max_concurrency 1000", N_KAFKA)):
+        print(f"| {dest} | {what} | {n} | {r[dest]:.0f} | {r[dest + '_rss'][0]} / {r[dest + '_rss'][1]} |")
     print()
-    print(f"SQS batch / single: {results['sqs_batch'] / results['sqs_single']:.1f}x;"
-          f" AMQP / management API: {results['amqp'] / results['rabbitmq']:.1f}x")
+    print(f"relay RssAnon at the start: {r['rss_start']} kB")
+    print(f"the database's own drain limit, same run (claim + acknowledge by a procedure, no network): "
+          f"{r['sql_drain']:.0f} events/s; Kafka reached {r['kafka'] / r['sql_drain']:.2f}x of it,"
+          f" AMQP {r['amqp'] / r['sql_drain']:.2f}x")
+    print(f"SQS batch / single: {r['sqs_batch'] / r['sqs_single']:.1f}x;"
+          f" AMQP / management API: {r['amqp'] / r['rabbitmq']:.1f}x")
 
 
 if __name__ == "__main__":
