@@ -39,6 +39,7 @@ import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_bench import BIN, free_port, rss_kb, start_cluster, start_nginx  # noqa: E402
+from relay_bench import sql_drain as relay_sql_drain  # noqa: E402
 
 
 N = int(os.environ.get("BENCH_BROKER_EVENTS", "5000"))
@@ -153,30 +154,7 @@ def sql_drain(cur, n):
     for first in range(0, n, TXN):
         cur.execute(f"SELECT count(outbox.emit('bench.event', (g %% 1000)::text, '{PAYLOAD}', destination => 'drain'))"
                     " FROM generate_series(1, %s) g", (min(TXN, n - first),))
-    cur.execute("""
-CREATE PROCEDURE bench_sql_drain(INOUT drained bigint DEFAULT 0) LANGUAGE plpgsql AS $$
-DECLARE
-    n bigint;
-    s bigint;
-BEGIN
-    LOOP
-        SELECT count(*), max(c.seq) INTO n, s FROM outbox._claim(256, '60 s', 'drain') AS c;
-        EXIT WHEN s IS NULL;
-        PERFORM outbox._claim_ack('drain', s);
-        drained := drained + n;
-        COMMIT;
-    END LOOP;
-END $$""")
-    cur.execute("SET plan_cache_mode = force_generic_plan")
-    cur.execute("SET synchronous_commit = off")
-    t0 = time.time()
-    cur.execute("CALL bench_sql_drain()")
-    drained = cur.fetchone()[0]
-    elapsed = time.time() - t0
-    cur.execute("RESET plan_cache_mode")
-    cur.execute("RESET synchronous_commit")
-    print(f"  SQL drain: {drained} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
-    return drained / elapsed
+    return relay_sql_drain(cur, "drain")
 
 
 def run_one(cur, dest, n):

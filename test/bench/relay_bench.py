@@ -45,7 +45,7 @@ N = int(os.environ.get("BENCH_EVENTS", "100000"))
 M = int(os.environ.get("BENCH_LATENCY_EVENTS", "1000"))
 WORKERS = int(os.environ.get("BENCH_WORKERS", "1"))
 PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benchmark payment"}'
-TXN_EVENTS = int(os.environ.get("BENCH_TXN_EVENTS", "0")) or N
+TXN_EVENTS = int(os.environ.get("BENCH_TXN_EVENTS") or 0) or N
 DEST_OPTIONS = os.environ.get("BENCH_DEST_OPTIONS") or "{}"
 
 
@@ -154,6 +154,38 @@ def emit_backlog(cur):
                     f"FROM generate_series(1, {min(TXN_EVENTS, N - first)}) g")
 
 
+def sql_drain(cur, dest):
+    """The database's own drain limit: every claimable event of dest
+    claimed and acknowledged by a procedure through the relay's store
+    functions (outbox._claim, outbox._claim_ack), with the relay's session
+    settings (relay.c), so that only the network differs; events/s.  Also
+    used by broker_bench.py."""
+    cur.execute("""
+CREATE OR REPLACE PROCEDURE bench_sql_drain(dest text, INOUT drained bigint DEFAULT 0) LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+    s bigint;
+BEGIN
+    LOOP
+        SELECT count(*), max(c.seq) INTO n, s FROM outbox._claim(256, '60 s', dest) AS c;
+        EXIT WHEN s IS NULL;
+        PERFORM outbox._claim_ack(dest, s);
+        drained := drained + n;
+        COMMIT;
+    END LOOP;
+END $$""")
+    cur.execute("SET plan_cache_mode = force_generic_plan")
+    cur.execute("SET synchronous_commit = off")
+    t0 = time.time()
+    cur.execute("CALL bench_sql_drain(%s)", (dest,))
+    drained = cur.fetchone()[0]
+    elapsed = time.time() - t0
+    cur.execute("RESET plan_cache_mode")
+    cur.execute("RESET synchronous_commit")
+    print(f"  SQL drain: {drained} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
+    return drained / elapsed
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="outbox_relay_bench_")
     os.chmod(tmp, 0o777)
@@ -253,28 +285,7 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         # acknowledged by a procedure, the destination paused for the relay
         cur.execute("UPDATE outbox.destinations SET paused = true")
         emit_backlog(cur)
-        cur.execute("""
-CREATE PROCEDURE bench_sql_drain(INOUT drained bigint DEFAULT 0) LANGUAGE plpgsql AS $$
-DECLARE
-    n bigint;
-    s bigint;
-BEGIN
-    LOOP
-        SELECT count(*), max(c.seq) INTO n, s FROM outbox._claim(256, '60 s', 'bench') AS c;
-        EXIT WHEN s IS NULL;
-        PERFORM outbox._claim_ack('bench', s);
-        drained := drained + n;
-        COMMIT;
-    END LOOP;
-END $$""")
-        # the relay's own session settings (relay.c), so that only HTTP differs
-        cur.execute("SET plan_cache_mode = force_generic_plan")
-        cur.execute("SET synchronous_commit = off")
-        t0 = time.time()
-        cur.execute("CALL bench_sql_drain()")
-        drained = cur.fetchone()[0]
-        results["sql_eps"] = drained / (time.time() - t0)
-        print(f"  SQL drain: {drained} events in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
+        results["sql_eps"] = sql_drain(cur, "bench")
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
         subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
