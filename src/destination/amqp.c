@@ -783,12 +783,9 @@ rmq_load(const DestinationConfig *config)
 	/* the host against outbox.allowed_hosts (egress.c) */
 	{
 		char		errbuf[256];
-		char	   *as_url = psprintf("http://%s%s%s:%d/",
-									  strchr(host, ':') ? "[" : "", host,
-									  strchr(host, ':') ? "]" : "", port);
 
-		if (!EgressCheckUrl(outbox_allowed_hosts_list, as_url, &by_name,
-							errbuf, sizeof(errbuf)))
+		if (!EgressCheckHost(outbox_allowed_hosts_list, host, port, &by_name,
+							 errbuf, sizeof(errbuf)))
 		{
 			t->refused = psprintf("broker refused: %s", errbuf);
 			by_name = false;
@@ -802,14 +799,8 @@ rmq_load(const DestinationConfig *config)
 					 cred && cred->password ?
 					 hash_bytes((const unsigned char *) cred->password, strlen(cred->password)) : 0,
 					 by_name ? "name" : "address");
-	{
-		uint64		h = 0;
-
-		if (outbox_allowed_hosts_list != NULL)
-			h = hash_bytes_extended((const unsigned char *) outbox_allowed_hosts_list,
-									EgressListSize(outbox_allowed_hosts_list), 0);
-		appendStringInfo(&fp, "egress_list=" UINT64_FORMAT "\n", h);
-	}
+	appendStringInfo(&fp, "egress_list=" UINT64_FORMAT "\n",
+					 EgressListHash(outbox_allowed_hosts_list));
 
 	for (c = clients; c != NULL; c = c->next)
 		if (strcmp(c->name, def->name) == 0 && strcmp(c->fingerprint, fp.data) == 0)
@@ -838,14 +829,7 @@ rmq_load(const DestinationConfig *config)
 		c->reports = malloc(c->capacity * sizeof(AmqpReport));
 		c->ring_size = 64;
 		c->ring = malloc(c->ring_size * sizeof(AmqpPending));
-		if (outbox_allowed_hosts_list != NULL)
-		{
-			size_t		size = EgressListSize(outbox_allowed_hosts_list);
-
-			c->egress = malloc(size);
-			if (c->egress != NULL)
-				memcpy(c->egress, outbox_allowed_hosts_list, size);
-		}
+		c->egress = EgressListCopy(outbox_allowed_hosts_list);
 		c->next = clients;
 		clients = c;
 		if (c->name == NULL || c->fingerprint == NULL || c->host == NULL ||

@@ -50,6 +50,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "common/hashfn.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/inet.h"
@@ -452,6 +453,36 @@ EgressListSize(const EgressList *list)
 }
 
 /*
+ * A malloc'd copy of the list, for a native client that checks addresses
+ * from a thread of its library (EgressCheckAddress); NULL when list is
+ * NULL or memory ran out (the caller tells them apart).
+ */
+EgressList *
+EgressListCopy(const EgressList *list)
+{
+	EgressList *copy;
+
+	if (list == NULL)
+		return NULL;
+	copy = malloc(EgressListSize(list));
+	if (copy != NULL)
+		memcpy(copy, list, EgressListSize(list));
+	return copy;
+}
+
+/*
+ * A hash of the list's contents (0 for none), for the fingerprint by which
+ * a native client notices that outbox.allowed_hosts changed.
+ */
+uint64
+EgressListHash(const EgressList *list)
+{
+	if (list == NULL)
+		return 0;
+	return hash_bytes_extended((const unsigned char *) list, EgressListSize(list), 0);
+}
+
+/*
  * Parse a value of outbox.allowed_hosts.  Returns a malloc'd list (no
  * entries for an empty value), or NULL with the reason in errbuf (empty
  * for out of memory).  Allocates nothing else, so a check hook can use it.
@@ -563,6 +594,22 @@ egress_sensitive(int family, const unsigned char *addr)
 			return true;
 	}
 	return false;
+}
+
+/*
+ * EgressCheckUrl for a broker's host and port, which are not a URL (an
+ * IPv6 address is bracketed as in one).
+ */
+bool
+EgressCheckHost(const EgressList *list, const char *host, int port,
+				bool *by_name, char *errbuf, size_t errlen)
+{
+	bool		v6 = (strchr(host, ':') != NULL);
+	char	   *url = psprintf("http://%s%s%s:%d/", v6 ? "[" : "", host, v6 ? "]" : "", port);
+	bool		ok = EgressCheckUrl(list, url, by_name, errbuf, errlen);
+
+	pfree(url);
+	return ok;
 }
 
 /*

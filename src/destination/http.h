@@ -26,6 +26,10 @@ struct sockaddr;
 extern EgressList *EgressParseList(const char *value, char *errbuf,
 								   size_t errlen);
 extern size_t EgressListSize(const EgressList *list);
+extern EgressList *EgressListCopy(const EgressList *list);
+extern uint64 EgressListHash(const EgressList *list);
+extern bool EgressCheckHost(const EgressList *list, const char *host, int port,
+							bool *by_name, char *errbuf, size_t errlen);
 extern bool EgressCheckUrl(const EgressList *list, const char *url,
 						   bool *by_name, char *errbuf, size_t errlen);
 extern bool EgressCheckAddress(const EgressList *list,

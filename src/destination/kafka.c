@@ -91,7 +91,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/hashfn.h"
 #include "lib/stringinfo.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
@@ -494,14 +493,7 @@ kafka_create(const char *name, const char *fingerprint, List *props,
 	p->pipefd[0] = p->pipefd[1] = -1;
 	p->name = strdup(name);
 	p->fingerprint = strdup(fingerprint);
-	if (outbox_allowed_hosts_list != NULL)
-	{
-		size_t		size = EgressListSize(outbox_allowed_hosts_list);
-
-		p->egress = malloc(size);
-		if (p->egress != NULL)
-			memcpy(p->egress, outbox_allowed_hosts_list, size);
-	}
+	p->egress = EgressListCopy(outbox_allowed_hosts_list);
 	p->egress_by_name = egress_by_name;
 	p->capacity = 64;
 	p->reports = malloc(p->capacity * sizeof(KafkaReport));
@@ -628,12 +620,9 @@ kafka_load(const DestinationConfig *config)
 	{
 		char		errbuf[256];
 		bool		host_by_name;
-		char	   *as_url = psprintf("http://%s%s%s:%d/",
-									  strchr(hosts[i], ':') ? "[" : "", hosts[i],
-									  strchr(hosts[i], ':') ? "]" : "", ports[i]);
 
-		if (!EgressCheckUrl(outbox_allowed_hosts_list, as_url, &host_by_name,
-							errbuf, sizeof(errbuf)))
+		if (!EgressCheckHost(outbox_allowed_hosts_list, hosts[i], ports[i], &host_by_name,
+							 errbuf, sizeof(errbuf)))
 			t->refused = psprintf("bootstrap server refused: %s", errbuf);
 		by_name &= host_by_name;
 	}
@@ -686,14 +675,8 @@ kafka_load(const DestinationConfig *config)
 		kafka_prop(&props, &fp, "ssl.ca.location", outbox_ca_file);
 	/* a change of the allow-list makes a new producer (its copy) */
 	appendStringInfo(&fp, "egress=%s\n", by_name ? "name" : "address");
-	{
-		uint64		h = 0;
-
-		if (outbox_allowed_hosts_list != NULL)
-			h = hash_bytes_extended((const unsigned char *) outbox_allowed_hosts_list,
-									EgressListSize(outbox_allowed_hosts_list), 0);
-		appendStringInfo(&fp, "egress_list=" UINT64_FORMAT "\n", h);
-	}
+	appendStringInfo(&fp, "egress_list=" UINT64_FORMAT "\n",
+					 EgressListHash(outbox_allowed_hosts_list));
 
 	for (p = producers; p != NULL; p = p->next)
 		if (!p->fatal && strcmp(p->name, def->name) == 0 &&
