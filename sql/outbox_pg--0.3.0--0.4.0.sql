@@ -1690,27 +1690,14 @@ GRANT EXECUTE ON FUNCTION
 -- end of predefined roles (issue #18)
 
 ------------------------------------------------------------------------
--- kind kafka (issue #16)
+-- kinds kafka and amqp (issue #16)
 ------------------------------------------------------------------------
 
 -- A Kafka destination's url lists its bootstrap servers,
--- kafka://host:port[,host:port...]; the kind checks the rest (HTTP kinds
--- refuse any scheme but http and https, src/destination/validate.c).
-ALTER TABLE outbox.destinations DROP CONSTRAINT destinations_url_check;
-ALTER TABLE outbox.destinations ADD CONSTRAINT destinations_url_check
-    CHECK (url OPERATOR(pg_catalog.~*) '^(https?|kafka)://[^[:space:][:cntrl:]]+$');
-COMMENT ON CONSTRAINT destinations_url_check ON outbox.destinations IS
-    'The url is an http://, https:// or (kind kafka) kafka:// URL without spaces or control characters.';
-COMMENT ON COLUMN outbox.destinations.kind IS
-    'webhook, sns, sqs, rabbitmq or kafka: the kinds the library registers; a destination is checked against its kind when written.';
--- end of kind kafka (issue #16)
-
-------------------------------------------------------------------------
--- kind amqp (issue #16)
-------------------------------------------------------------------------
-
--- An AMQP destination's url names its broker, amqp://host[:port][/vhost]
--- or amqps://...; the kind checks the rest (src/destination/amqp.c).
+-- kafka://host:port[,host:port...]; an AMQP destination's names its broker,
+-- amqp://host[:port][/vhost] or amqps://...; each kind checks the rest
+-- (src/destination/kafka.c, amqp.c; HTTP kinds refuse any scheme but http
+-- and https, src/destination/validate.c).
 ALTER TABLE outbox.destinations DROP CONSTRAINT destinations_url_check;
 ALTER TABLE outbox.destinations ADD CONSTRAINT destinations_url_check
     CHECK (url OPERATOR(pg_catalog.~*) '^(https?|kafka|amqps?)://[^[:space:][:cntrl:]]+$');
@@ -1718,4 +1705,4 @@ COMMENT ON CONSTRAINT destinations_url_check ON outbox.destinations IS
     'The url is an http:// or https:// URL, or for kind kafka a kafka:// and for kind amqp an amqp:// or amqps:// URL, without spaces or control characters.';
 COMMENT ON COLUMN outbox.destinations.kind IS
     'webhook, sns, sqs, rabbitmq, kafka or amqp: the kinds the library registers; a destination is checked against its kind when written.';
--- end of kind amqp (issue #16)
+-- end of kinds kafka and amqp (issue #16)
