@@ -20,7 +20,9 @@
  *	  rotates.  Each result goes to the relay's slot (RelaySlot.rotation):
  *	  why the rotation is blocked is what an operator needs when the log
  *	  grows.  Then the batches no claim or recovery reads any more are
- *	  deleted (OutboxTrimBatches), every TRIM_INTERVAL_MS.  Both in a
+ *	  deleted (OutboxTrimBatches), every TRIM_INTERVAL_MS; the trim costs
+ *	  per destination, so with many it waits TRIM_COST_FACTOR times its
+ *	  last duration if that is longer (pace.c).  Both in a
  *	  subtransaction: an error is logged and delivery goes on.
  *	- The worst outbox failure is silent: events pile up while everything
  *	  else looks healthy.  Relay 0 of each database therefore looks at the
@@ -30,8 +32,8 @@
  *	  and a LOG line when it recovers.  The query aggregates the pending
  *	  rows, so it costs what the backlog costs (0.3 s for 200,000 pending
  *	  among 1.2 million rows on the development VM); a check that took
- *	  t ms is not repeated before 50 t ms (5 to 60 s), so it never takes
- *	  more than 2% of the relay's time.  If no relay runs at all, nobody
+ *	  t ms is not repeated before 50 t ms (5 to 60 s; pace.c), so it never
+ *	  takes more than 2% of the relay's time.  If no relay runs at all, nobody
  *	  logs: outbox.health() reports that case, and it is what to alert on.
  *	- "Pending age" counts from the event's creation, but an event that
  *	  was never attempted and is scheduled for later (emit(..., not_before))
@@ -56,6 +58,8 @@
 #define ROUTE_INTERVAL_MS		5000
 #define ROTATE_CHECK_MS			1000
 #define TRIM_INTERVAL_MS		10000
+#define TRIM_COST_FACTOR		200
+#define TRIM_MAX_MS				600000
 #define BACKLOG_CHECK_MS		5000
 #define BACKLOG_CHECK_MAX_MS	60000
 #define BACKLOG_COST_FACTOR		50
@@ -65,10 +69,9 @@ static SPIPlanPtr route_plan = NULL;
 static TimestampTz last_route = 0;
 
 static TimestampTz last_rotate = 0;
-static TimestampTz last_trim = 0;
+static WorkerPace trim_pace = {TRIM_COST_FACTOR, TRIM_MAX_MS, 0};
 
-static TimestampTz backlog_checked_at = 0;
-static long backlog_interval_ms = BACKLOG_CHECK_MS;
+static WorkerPace backlog_pace = {BACKLOG_COST_FACTOR, BACKLOG_CHECK_MAX_MS, 0};
 static TimestampTz backlog_warned_at = 0;
 static bool backlog_warning = false;
 
@@ -124,6 +127,9 @@ housekeeping_rotate(TimestampTz now, RelaySlot *slot)
 	char	   *result = NULL;
 	ErrorData  *edata;
 	bool		blocked;
+	bool		trimmed;
+	TimestampTz started;
+	long		wait_ms;
 
 	if (!TimestampDifferenceExceeds(last_rotate, now, ROTATE_CHECK_MS))
 		return;
@@ -152,17 +158,19 @@ housekeeping_rotate(TimestampTz now, RelaySlot *slot)
 		FreeErrorData(edata);
 	}
 
-	if (!TimestampDifferenceExceeds(last_trim, now, TRIM_INTERVAL_MS))
+	if (!WorkerPaceDue(&trim_pace, now))
 		return;
-	last_trim = now;
-	if (!WorkerRunInSubtransaction(housekeeping_trim, NULL, &edata))
+	started = GetCurrentTimestamp();
+	trimmed = WorkerRunInSubtransaction(housekeeping_trim, NULL, &edata);
+	wait_ms = WorkerPaceDone(&trim_pace, started, TRIM_INTERVAL_MS);
+	if (!trimmed)
 	{
 		ereport(LOG,
 				(errcode(edata->sqlerrcode),
 				 errmsg("outbox_pg trim of claimed batches failed: %s",
 						edata->message),
-				 errhint("Delivery continues; the trim is tried again in %d ms.",
-						 TRIM_INTERVAL_MS)));
+				 errhint("Delivery continues; the trim is tried again in %ld ms.",
+						 wait_ms)));
 		FreeErrorData(edata);
 	}
 }
@@ -180,9 +188,8 @@ housekeeping_check_backlog(const char *database_name)
 	char	   *destination = NULL;
 	int64		pending = 0;
 
-	if (!TimestampDifferenceExceeds(backlog_checked_at, now, backlog_interval_ms))
+	if (!WorkerPaceDue(&backlog_pace, now))
 		return;
-	backlog_checked_at = now;
 
 	if (threshold > 0)
 	{
@@ -208,13 +215,9 @@ housekeeping_check_backlog(const char *database_name)
 			pending = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
 		}
 
-		/* a large backlog is measured less often: at most 2% of the time */
-		backlog_interval_ms =
-			Min(BACKLOG_CHECK_MAX_MS,
-				Max(BACKLOG_CHECK_MS,
-					BACKLOG_COST_FACTOR *
-					(long) ((GetCurrentTimestamp() - now) / 1000)));
 	}
+	/* a large backlog is measured less often: at most 2% of the time */
+	(void) WorkerPaceDone(&backlog_pace, now, BACKLOG_CHECK_MS);
 
 	if (threshold > 0 && destination != NULL && age >= threshold)
 	{

@@ -83,6 +83,17 @@ extern void WorkerReportCycleError(WorkerErrorThrottle *throttle,
 								   RelaySlot *slot, const char *hint,
 								   const char *context_fmt,...) pg_attribute_printf(4, 5);
 
+/* pace.c */
+typedef struct WorkerPace
+{
+	int			factor;			/* waits factor times its last duration */
+	long		max_ms;			/* ... but no longer than this */
+	TimestampTz next;			/* not before */
+} WorkerPace;
+
+extern bool WorkerPaceDue(const WorkerPace *pace, TimestampTz now);
+extern long WorkerPaceDone(WorkerPace *pace, TimestampTz started, long base_ms);
+
 /* housekeeping.c */
 extern void WorkerHousekeeping(TimestampTz now, const char *database_name,
 							   RelaySlot *slot);
