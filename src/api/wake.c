@@ -24,8 +24,11 @@
  * If no relay runs for this database (the extension was just created, or
  * its worker exited), the callback asks the launcher to start one.
  *
- * Events inserted without emit() (COPY, a restore, 2PC committed later by
- * COMMIT PREPARED in another session) are found by the poll.
+ * Events inserted without emit() (a restore) are found by the poll, and so
+ * are those of a prepared transaction, committed later by COMMIT PREPARED
+ * in any session: its PREPARE bumps the prepared generation of the
+ * database's relay slots, which tells the relays' periodic sweep to look
+ * for them (delivery.c, delivery_sweep).
  *
  * The same callback tells the relays that the destinations changed.  The
  * statement trigger of outbox.destinations, outbox.credentials and
@@ -78,6 +81,23 @@ static bool wake_callback_registered = false;
 
 static void wake_register_callback(void);
 
+/*
+ * A transaction that emitted events was prepared: its COMMIT PREPARED, in
+ * any session, later, runs no callback of ours, so the relays' periodic
+ * sweep must look for its events (delivery.c, delivery_sweep).
+ */
+static void
+wake_prepared(void)
+{
+	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
+	{
+		RelaySlot  *slot = &outbox_shared->slots[i];
+
+		if (slot->dboid == MyDatabaseId)
+			pg_atomic_fetch_add_u64(&slot->prepared_generation, 1);
+	}
+}
+
 static void
 wake_xact_callback(XactEvent event, void *arg)
 {
@@ -92,9 +112,12 @@ wake_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			break;
+		case XACT_EVENT_PREPARE:
+			if (wake_pending && outbox_shared != NULL)
+				wake_prepared();
+			/* FALLTHROUGH */
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
 			wake_pending = false;
 			config_pending = false;
 			wake_ncounters = 0;

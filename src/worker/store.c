@@ -857,13 +857,13 @@ static const char *due_destinations_sql =
 "                      WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
 "                      ORDER BY b.seq DESC LIMIT 1) AS p"
 " WHERE NOT d.paused"
-"   AND (EXISTS (SELECT 1 FROM pg_catalog.pg_snapshot_xip(p.to_snap) AS q(xid)"
-"                WHERE EXISTS (SELECT 1 FROM outbox.log AS l"
-"                               WHERE l.destination OPERATOR(pg_catalog.=) s.destination"
-"                                 AND l.xid OPERATOR(pg_catalog.=) q.xid))"
-"    OR EXISTS (SELECT 1 FROM outbox.log AS l"
-"                WHERE l.destination OPERATOR(pg_catalog.=) s.destination"
-"                  AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmax(p.to_snap))"
+"   AND (($1 AND (EXISTS (SELECT 1 FROM pg_catalog.pg_snapshot_xip(p.to_snap) AS q(xid)"
+"                         WHERE EXISTS (SELECT 1 FROM outbox.log AS l"
+"                                        WHERE l.destination OPERATOR(pg_catalog.=) s.destination"
+"                                          AND l.xid OPERATOR(pg_catalog.=) q.xid))"
+"             OR EXISTS (SELECT 1 FROM outbox.log AS l"
+"                         WHERE l.destination OPERATOR(pg_catalog.=) s.destination"
+"                           AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmax(p.to_snap))))"
 "    OR EXISTS (SELECT 1 FROM outbox.retries AS r"
 "                WHERE r.destination OPERATOR(pg_catalog.=) s.destination"
 "                  AND r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
@@ -923,14 +923,35 @@ OutboxStoreBatchLease(const char *destination, int64 seq, Interval *lease,
 
 /*
  * The names of the destinations with due work, left in SPI_tuptable
- * (one text column); returns their number.
+ * (one text column); returns their number.  Without with_log, events of
+ * the log past a destination's position are not looked for (the costly
+ * half: every commit of emit() announces its own, see delivery.c); retries
+ * due, batches whose lease ran out and destinations never claimed are.
  */
 uint64
-OutboxStoreDueDestinations(void)
+OutboxStoreDueDestinations(bool with_log)
 {
+	Oid			types[1] = {BOOLOID};
+	Datum		args[1] = {BoolGetDatum(with_log)};
+
 	return store_execute(WorkerKeepPlan(&due_destinations_plan,
-										due_destinations_sql, 0, NULL),
-						 NULL, NULL, SPI_OK_SELECT);
+										due_destinations_sql, 1, types),
+						 args, NULL, SPI_OK_SELECT);
+}
+
+static const char *prepared_sql =
+"SELECT 1 FROM pg_catalog.pg_prepared_xacts AS p"
+" WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database()"
+" LIMIT 1";
+
+static SPIPlanPtr prepared_plan = NULL;
+
+/* Does this database have prepared transactions? */
+bool
+OutboxStorePreparedTransactions(void)
+{
+	return store_execute(WorkerKeepPlan(&prepared_plan, prepared_sql, 0, NULL),
+						 NULL, NULL, SPI_OK_SELECT) > 0;
 }
 
 /*
