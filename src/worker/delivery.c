@@ -40,8 +40,10 @@
  *	  (validation, the kind's load, a subtransaction; measured with 1,000),
  *	  so a reload at every short poll, or every lease step under load,
  *	  would bring back what the cache saves; 10 s keeps it small, and the
- *	  factor keeps it under 1 % of a core with tens of thousands of
- *	  destinations (a load that takes 0.5 s is redone after 50 s).
+ *	  factor keeps it under 0.25 % of a core per relay with tens of
+ *	  thousands of destinations (a load that takes 0.5 s is redone after
+ *	  200 s; with 100 it was 1 % per relay, the largest part of what two
+ *	  idle relays spent with 10,000 destinations).
  *	- Build: leased events become OutboxMessages.  A message the kind
  *	  rejects (can never be sent) is decided dead before sending and
  *	  completes without a request.  The others go to build_request in
@@ -105,7 +107,7 @@
 #define RETRY_AFTER_MAX_MS		3600000
 #define UNUSABLE_LOG_INTERVAL_MS	60000
 #define CONFIG_RELOAD_MIN_MS	10000	/* the safety net's floor (see above) */
-#define CONFIG_RELOAD_FACTOR	100 /* ... and its cost's ceiling: 1 % */
+#define CONFIG_RELOAD_FACTOR	400 /* ... and its cost's ceiling: 0.25 % */
 #define CLAIM_GATHER_MS			2	/* see DeliveryLease() */
 #define SWEEP_COST_FACTOR		200 /* the periodic sweep: 0.5 % of a core */
 #define SWEEP_MAX_MS			60000	/* ... but at least once a minute */

@@ -32,8 +32,8 @@
  *	  and a LOG line when it recovers.  The query aggregates the pending
  *	  rows, so it costs what the backlog costs (0.3 s for 200,000 pending
  *	  among 1.2 million rows on the development VM); a check that took
- *	  t ms is not repeated before 50 t ms (5 to 60 s; pace.c), so it never
- *	  takes more than 2% of the relay's time.  If no relay runs at all, nobody
+ *	  t ms is not repeated before 200 t ms (5 to 60 s; pace.c), so it
+ *	  takes at most 0.5% of the relay's time once it is slow.  If no relay runs at all, nobody
  *	  logs: outbox.health() reports that case, and it is what to alert on.
  *	- "Pending age" counts from the event's creation, but an event that
  *	  was never attempted and is scheduled for later (emit(..., not_before))
@@ -62,7 +62,7 @@
 #define TRIM_MAX_MS				600000
 #define BACKLOG_CHECK_MS		5000
 #define BACKLOG_CHECK_MAX_MS	60000
-#define BACKLOG_COST_FACTOR		50
+#define BACKLOG_COST_FACTOR		200
 #define BACKLOG_WARN_EVERY_MS	60000
 
 static SPIPlanPtr route_plan = NULL;
@@ -216,7 +216,7 @@ housekeeping_check_backlog(const char *database_name)
 		}
 
 	}
-	/* a large backlog is measured less often: at most 2% of the time */
+	/* a large backlog (or many destinations) is measured less often */
 	(void) WorkerPaceDone(&backlog_pace, now, BACKLOG_CHECK_MS);
 
 	if (threshold > 0 && destination != NULL && age >= threshold)
