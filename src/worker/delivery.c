@@ -1632,6 +1632,9 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 		uint64		m = 0;
 		bool		more = false;
 
+		/* a retry of its own to come: the relay wakes for it, not at a poll */
+		if (rd->retry_due != 0 && !retry_due)
+			relay_lease_again_by(rd->retry_due);
 		if (!rd->busy && !rd->due && !retry_due)
 		{
 			TimestampTz gathered = TimestampTzPlusMilliseconds(rd->claimed_at,
@@ -2148,6 +2151,7 @@ delivery_note_retry(RelayDestination *rd, TimestampTz at)
 {
 	if (rd->retry_due == 0 || at < rd->retry_due)
 		rd->retry_due = at;
+	relay_lease_again_by(rd->retry_due);
 }
 
 /*

@@ -166,6 +166,16 @@ my $trunc = $node->safe_psql('postgres', q{
 is(not_leased($trunc), 'pending:0', 'after TRUNCATE the old destinations are gone for the relay');
 ok((grep { $_->{path} eq '/ok/other2' } sink_records($sink)) >= 1, 'and the row added after it is used');
 
+# ---- a retry comes due long before the next poll (60 s) ----
+# The relay that wrote the retry wakes for it: three attempts 100 and 200
+# ms apart, answered 503, 503, 204, take well under the deadline.
+$node->safe_psql('postgres', q{INSERT INTO outbox.destinations (name, url, backoff_base_ms) VALUES ('again', 'http://127.0.0.1:} . $sink->{port} . q{/failfirst/2/503/again', 100)});
+my ($again) = emit_events($node, 'cc.event', 'again', 1);
+my $t_again = time;
+ok(wait_until(sub { grep { ($_->{id} // '') eq $again && $_->{answer} == 204 } sink_records($sink) }, $DEADLINE),
+	'a retry due before the next poll is sent when due, not at the poll');
+note(sprintf('two retries 100 and 200 ms apart (plus jitter) answered after %.2f s', time - $t_again));
+
 # ---- CPU with 1,000 paused destinations, then 1,000 idle ones ----
 # A paused destination costs a relay nothing per lease step: no load, no
 # claim, and the sweep does not look at it.  (Before the cache every step
