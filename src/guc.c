@@ -261,14 +261,20 @@ define_relay_gucs(void)
 							0,
 							NULL, NULL, NULL);
 
-	DefineCustomIntVariable("outbox.max_destinations",
-							"Most destinations, of all databases together, whose runtime state shared memory holds.",
-							"Each has its circuit breaker, its shared max_concurrency and its statistics there; a destination beyond this goes without them.",
-							&outbox_max_destinations,
-							4096, 64, 1000000,
-							PGC_POSTMASTER,
-							0,
-							NULL, NULL, NULL);
+	/*
+	 * Sizes shared memory at server start, so only the preloaded library
+	 * may define it (PostgreSQL refuses PGC_POSTMASTER settings later);
+	 * loaded on demand there are no relays and no such memory anyway.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("outbox.max_destinations",
+								"Most destinations, of all databases together, whose runtime state shared memory holds.",
+								"Each has its circuit breaker, its shared max_concurrency and its statistics there; a destination beyond this goes without them.",
+								&outbox_max_destinations,
+								4096, 64, 1000000,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
 
 	DefineCustomIntVariable("outbox.poll_interval",
 							"Longest time a relay waits before looking for due events without being woken.",
