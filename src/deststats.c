@@ -6,23 +6,34 @@
  *
  * What only the relays know — requests in flight, circuit breakers, the
  * results and latency of recent requests — is published here so that SQL
- * can see it.  One fixed array of entries, keyed by (database oid,
- * destination name), lives in shared memory.
+ * can see it.  The entries live in a shared hash table keyed by (database
+ * oid, destination name), of a fixed size: outbox.max_destinations
+ * entries, all allocated at server start (1,120 bytes each, and the
+ * table's own: about 1.2 MB per 1,000 destinations, which
+ * docs/configuration.md states).  The table never grows.
  *
  * Design notes:
  *
- *	- A relay attaches to the entry of a destination once (when it first
- *	  sees the destination) and keeps the pointer for its lifetime.
- *	  Attaching takes this file's own LWLock; nothing else does, so no
- *	  relay ever takes a lock shared with other parts per event.  An entry
- *	  that no running relay is attached to may be reused for another
- *	  destination when the array is full (the least recently used first,
- *	  and one whose circuit is closed before one whose circuit is not).
- *	  Its counters then start over, like a counter after a restart.
+ *	- A relay attaches to the entry of a destination when it loads the
+ *	  destination (delivery.c) and keeps the pointer until it no longer
+ *	  has the destination — deleted, or its row no longer usable — and
+ *	  none of its events is alive any more (OutboxDestStatsDetach), or
+ *	  until it exits (OutboxDestStatsRelayExit).  Attaching and detaching
+ *	  take this file's own LWLock; nothing else does, so no relay ever
+ *	  takes a lock shared with other parts per event.  Attaching is one
+ *	  hash lookup.  An entry that no running relay is attached to stays,
+ *	  with its circuit and counters, and is found again by the next relay
+ *	  that loads the destination; when the table is full, such an entry
+ *	  may be reused for another destination (the least recently used
+ *	  first, and one whose circuit is closed before one whose circuit is
+ *	  not).  Only then is the table scanned, and only when there is such
+ *	  an entry (the count of unattached entries says so).  The reused
+ *	  entry's counters start over, like a counter after a restart.
  *	- In-flight counts are kept per relay slot: each relay writes only its
  *	  own cells (plain aligned stores, no lock), the readers sum them, and
- *	  a relay clears its cells when it exits.  They are for the view only;
- *	  the concurrency limit has cells of its own, below.
+ *	  a relay clears its cells when it lets the entry go or exits.  They
+ *	  are for the view only; the concurrency limit has cells of its own,
+ *	  below.
  *	- Results (status class, outcome, latency) go under the entry's
  *	  spinlock: a few additions, once per completed request.  Recent
  *	  counts are kept in 5-second buckets over the last minute.
@@ -56,19 +67,22 @@
  *	  the event's: relay.c gives their attempt back and makes them due at
  *	  once, so they go out as soon as the circuit closes.
  *	- The state is the destination's, not a relay's: it stays when a relay
- *	  exits (only that relay's probe is released).  An entry is reused
- *	  only when no running relay is attached to it, i.e. when no relay of
- *	  that database has seen the destination since it started; if an open
- *	  circuit is lost that way, the next relay relearns it after
- *	  circuit_threshold failed rounds — a few requests, never an event.
+ *	  exits or lets the destination go (only that relay's probe is
+ *	  released).  An entry is reused only when no running relay is
+ *	  attached to it, i.e. when no running relay of that database has the
+ *	  destination loaded; if an open circuit is lost that way, the next
+ *	  relay relearns it after circuit_threshold failed rounds — a few
+ *	  requests, never an event.
  *	- Circuit transitions are logged at most once a minute per destination
  *	  (an opening; its closing is logged when its opening was), so a
  *	  flapping destination cannot flood the server log.
- *	- An entry that cannot be had (more than 512 destinations in use by
- *	  running relays) means no statistics and no circuit breaker for that
- *	  destination: its events retry one by one, as with circuit_threshold
- *	  0, and its concurrency is split between the relays (see below).
- *	  That is logged.
+ *	- An entry that cannot be had (more than outbox.max_destinations
+ *	  destinations, of all databases, loaded by running relays) means no
+ *	  statistics and no circuit breaker for that destination: its events
+ *	  retry one by one, as with circuit_threshold 0, and its concurrency
+ *	  is split between the relays (see below).  That is logged, with a
+ *	  hint to raise the setting.  The relay asks again at each load of
+ *	  its destinations: an entry let go by then is taken.
  *
  * The concurrency of a destination (max_concurrency, shared by every relay
  * of the database; its state lives under the entry's spinlock):
@@ -101,12 +115,13 @@
  *	- The circuit's probe takes a slot like any event: a half-open
  *	  destination whose slots are all held by requests still in flight is
  *	  probed when one is free.
- *	- A relay's cells go when it exits (OutboxDestStatsRelayExit), and a
- *	  crash restarts the cluster, so no slot outlives its holder.  Until
+ *	- A relay's cells go when it lets the destination go or exits
+ *	  (OutboxDestStatsDetach, OutboxDestStatsRelayExit), and a crash
+ *	  restarts the cluster, so no slot outlives its holder.  Until
  *	  each relay has seen a change of max_concurrency, the relays may
  *	  count against different limits; a lowered limit is reached as the
  *	  requests in flight complete.
- *	- Without an entry (the array is full), a relay holds at most
+ *	- Without an entry (the table is full), a relay holds at most
  *	  max_concurrency / outbox.workers_per_database (at least 1) on its
  *	  own.
  *
@@ -140,9 +155,6 @@
 #include "deststats.h"
 #include "destination/destination.h"
 
-/* Most destinations tracked in the whole cluster (all databases). */
-#define DESTSTATS_MAX			512
-
 /* Recent results: 12 buckets of 5 seconds = the last minute. */
 #define RECENT_BUCKETS			12
 #define RECENT_BUCKET_USECS		(5 * USECS_PER_SEC)
@@ -163,22 +175,33 @@ typedef enum ResultClass
 	NCLASSES
 } ResultClass;
 
+/*
+ * One bucket of recent results; 40 bytes.  Its epoch, in 5-second units
+ * since 2000, fits 32 bits until 2340.
+ */
 typedef struct RecentBucket
 {
-	int64		epoch;			/* time / RECENT_BUCKET_USECS it counts */
+	int32		epoch;			/* time / RECENT_BUCKET_USECS it counts */
 	uint32		counts[NCLASSES];
 	uint32		latency_n;
-	uint64		latency_us;
 	uint32		latency_max_us;
+	uint64		latency_us;
 } RecentBucket;
+
+/* An entry's hash key: zeroed before it is filled in (compared whole). */
+typedef struct DestStatsKey
+{
+	Oid			dboid;
+	char		name[NAMEDATALEN];
+} DestStatsKey;
 
 struct DestStats
 {
-	/* set under deststats_lock; dboid InvalidOid when free */
-	Oid			dboid;
-	char		name[NAMEDATALEN];
+	DestStatsKey key;			/* the hash key: first */
+
+	/* under deststats->lock */
 	uint64		attached;		/* bit per relay slot attached to it */
-	TimestampTz last_used;
+	TimestampTz last_used;		/* last attached or let go */
 
 	/* per relay slot, written only by that relay */
 	int32		in_flight[OUTBOX_MAX_RELAYS];
@@ -197,8 +220,12 @@ struct DestStats
 	TimestampTz last_circuit_log_at;
 	bool		circuit_logged; /* the last opening was logged */
 
-	/* the concurrency, shared by the relays of the database (see above) */
-	int32		reserved[OUTBOX_MAX_RELAYS];	/* slots each relay holds */
+	/*
+	 * The concurrency, shared by the relays of the database (see above).
+	 * A cell holds at most max_concurrency, which the table keeps within
+	 * 1,000 (and OutboxDestAdmit within PG_INT16_MAX).
+	 */
+	int16		reserved[OUTBOX_MAX_RELAYS];	/* slots each relay holds */
 	int32		reserved_total; /* their sum */
 	uint64		wanting;		/* bit per relay slot short of what it asked */
 
@@ -212,29 +239,47 @@ struct DestStats
 typedef struct DestStatsShared
 {
 	LWLock	   *lock;
-	DestStats	entries[DESTSTATS_MAX];
+	int			unattached;		/* entries no running relay is attached to */
 } DestStatsShared;
 
 static DestStatsShared *deststats = NULL;
+static HTAB *deststats_hash = NULL;
 static TimestampTz last_full_warning = 0;
 
-static void deststats_reset(DestStats *ds, Oid dboid, const char *name);
+static Size deststats_shmem_size(void);
 static bool deststats_better_victim(DestStats *a, DestStats *b);
+static DestStats *deststats_victim(void);
+static uint64 deststats_release(DestStats *ds, int slot, TimestampTz now);
 static ResultClass deststats_class(int status);
+
+/* The shared memory of the entries (outbox.max_destinations) */
+static Size
+deststats_shmem_size(void)
+{
+	return add_size(MAXALIGN(sizeof(DestStatsShared)),
+					hash_estimate_size(outbox_max_destinations,
+									   sizeof(DestStats)));
+}
 
 /* Called from shmem.c's request hook. */
 void
 OutboxDestStatsShmemRequest(void)
 {
-	RequestAddinShmemSpace(MAXALIGN(sizeof(DestStatsShared)));
+	RequestAddinShmemSpace(deststats_shmem_size());
 	RequestNamedLWLockTranche("outbox_pg destinations", 1);
 }
 
-/* Called from shmem.c's startup hook, under AddinShmemInitLock. */
+/*
+ * Called from shmem.c's startup hook, under AddinShmemInitLock.  Every
+ * entry is allocated here, and HASH_FIXED_SIZE keeps the table from
+ * taking more: entering one more key into a full table fails
+ * (HASH_ENTER_NULL) instead of eating into the shared memory of others.
+ */
 void
 OutboxDestStatsShmemStartup(void)
 {
 	bool		found;
+	HASHCTL		info;
 
 	deststats = ShmemInitStruct("outbox_pg destinations",
 								sizeof(DestStatsShared), &found);
@@ -242,37 +287,16 @@ OutboxDestStatsShmemStartup(void)
 	{
 		memset(deststats, 0, sizeof(DestStatsShared));
 		deststats->lock = &(GetNamedLWLockTranche("outbox_pg destinations"))->lock;
-		for (int i = 0; i < DESTSTATS_MAX; i++)
-			SpinLockInit(&deststats->entries[i].mutex);
 	}
-}
 
-static void
-deststats_reset(DestStats *ds, Oid dboid, const char *name)
-{
-	ds->dboid = dboid;
-	strlcpy(ds->name, name, NAMEDATALEN);
-	ds->attached = 0;
-	memset(ds->in_flight, 0, sizeof(ds->in_flight));
-	SpinLockAcquire(&ds->mutex);
-	ds->last_success_at = 0;
-	ds->last_failure_at = 0;
-	ds->failed_rounds = 0;
-	ds->round_counted_at = 0;
-	ds->open_until = 0;
-	ds->probe_pid = 0;
-	ds->probe_expires_at = 0;
-	ds->last_circuit_log_at = 0;
-	ds->circuit_logged = false;
-	memset(ds->reserved, 0, sizeof(ds->reserved));
-	ds->reserved_total = 0;
-	ds->wanting = 0;
-	memset(ds->responses, 0, sizeof(ds->responses));
-	memset(ds->outcomes, 0, sizeof(ds->outcomes));
-	ds->latency_us = 0;
-	ds->latency_n = 0;
-	memset(ds->recent, 0, sizeof(ds->recent));
-	SpinLockRelease(&ds->mutex);
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(DestStatsKey);
+	info.entrysize = sizeof(DestStats);
+	deststats_hash = ShmemInitHash("outbox_pg destination entries",
+								   outbox_max_destinations,
+								   outbox_max_destinations,
+								   &info,
+								   HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 }
 
 /*
@@ -294,6 +318,28 @@ deststats_better_victim(DestStats *a, DestStats *b)
 }
 
 /*
+ * The unattached entry to reuse in a full table (see
+ * deststats_better_victim), or NULL.  Scans the whole table: called only
+ * when it is full and has such an entry.  Under deststats->lock.
+ */
+static DestStats *
+deststats_victim(void)
+{
+	HASH_SEQ_STATUS status;
+	DestStats  *ds;
+	DestStats  *victim = NULL;
+
+	hash_seq_init(&status, deststats_hash);
+	while ((ds = hash_seq_search(&status)) != NULL)
+	{
+		if (ds->attached == 0 &&
+			(victim == NULL || deststats_better_victim(ds, victim)))
+			victim = ds;
+	}
+	return victim;
+}
+
+/*
  * The entry of a destination of this database for the relay in slot
  * `slot`, created if needed; NULL when every entry is in use by running
  * relays (logged at most once a minute; the relay works on unobserved).
@@ -301,44 +347,54 @@ deststats_better_victim(DestStats *a, DestStats *b)
 DestStats *
 OutboxDestStatsAttach(int slot, const char *name)
 {
-	DestStats  *result = NULL;
-	DestStats  *victim = NULL;
+	DestStatsKey key;
+	DestStats  *ds;
+	bool		found = false;
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (deststats == NULL || slot < 0 || slot >= OUTBOX_MAX_RELAYS)
 		return NULL;
 
-	LWLockAcquire(deststats->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < DESTSTATS_MAX && result == NULL; i++)
-	{
-		DestStats  *ds = &deststats->entries[i];
+	memset(&key, 0, sizeof(key));
+	key.dboid = MyDatabaseId;
+	strlcpy(key.name, name, NAMEDATALEN);
 
-		if (ds->dboid == MyDatabaseId && strcmp(ds->name, name) == 0)
-			result = ds;
-		else if (!OidIsValid(ds->dboid))
+	LWLockAcquire(deststats->lock, LW_EXCLUSIVE);
+	ds = hash_search(deststats_hash, &key, HASH_ENTER_NULL, &found);
+	if (ds == NULL && deststats->unattached > 0)
+	{
+		/* full: take the place of a destination no running relay has */
+		DestStats  *victim = deststats_victim();
+
+		Assert(victim != NULL);
+		if (victim != NULL)
 		{
-			if (victim == NULL || OidIsValid(victim->dboid))
-				victim = ds;
+			DestStatsKey gone = victim->key;
+
+			hash_search(deststats_hash, &gone, HASH_REMOVE, NULL);
+			deststats->unattached--;
+			ds = hash_search(deststats_hash, &key, HASH_ENTER_NULL, &found);
+			Assert(ds != NULL && !found);
 		}
-		else if (ds->attached == 0 &&
-				 (victim == NULL ||
-				  (OidIsValid(victim->dboid) &&
-				   deststats_better_victim(ds, victim))))
-			victim = ds;
 	}
-	if (result == NULL && victim != NULL)
+	if (ds != NULL && !found)
 	{
-		deststats_reset(victim, MyDatabaseId, name);
-		result = victim;
+		/* a new entry: all zero, and nobody else sees it yet */
+		memset((char *) ds + offsetof(DestStats, attached), 0,
+			   sizeof(DestStats) - offsetof(DestStats, attached));
+		SpinLockInit(&ds->mutex);
 	}
-	if (result != NULL)
+	else if (ds != NULL && ds->attached == 0)
+		deststats->unattached--;
+	if (ds != NULL)
 	{
-		result->attached |= UINT64CONST(1) << slot;
-		result->last_used = now;
+		ds->attached |= UINT64CONST(1) << slot;
+		ds->last_used = now;
 	}
+	Assert(deststats->unattached >= 0);
 	LWLockRelease(deststats->lock);
 
-	if (result == NULL &&
+	if (ds == NULL &&
 		TimestampDifferenceExceeds(last_full_warning, now, 60000))
 	{
 		last_full_warning = now;
@@ -346,10 +402,11 @@ OutboxDestStatsAttach(int slot, const char *name)
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("destination \"%s\" is relayed without runtime statistics or circuit breaker",
 						name),
-				 errdetail("Shared memory holds the statistics of at most %d destinations.",
-						   DESTSTATS_MAX)));
+				 errdetail("Shared memory holds the runtime state of at most %d destinations, and running relays use all of it.",
+						   outbox_max_destinations),
+				 errhint("Raise outbox.max_destinations and restart the server.")));
 	}
-	return result;
+	return ds;
 }
 
 void
@@ -400,7 +457,7 @@ OutboxDestStatsRecordResult(DestStats *ds, TimestampTz now, int status,
 	b = &ds->recent[epoch % RECENT_BUCKETS];
 	if (b->epoch != epoch)
 		memset(b, 0, sizeof(RecentBucket));
-	b->epoch = epoch;
+	b->epoch = (int32) epoch;
 	b->counts[cls]++;
 	b->latency_n++;
 	b->latency_us += duration_us;
@@ -449,6 +506,7 @@ OutboxDestAdmit(DestStats *ds, int slot, DestAdmission *adm)
 	int			top;
 	int			fair;
 	int			now_held;
+	int			limit;
 
 	adm->granted = 0;
 	adm->probe = false;
@@ -463,6 +521,9 @@ OutboxDestAdmit(DestStats *ds, int slot, DestAdmission *adm)
 		adm->granted = Min(Max(adm->held - adm->alive, 0), want);
 		return;
 	}
+
+	/* what a cell of reserved[] holds (the table allows 1,000) */
+	limit = Min(adm->limit, PG_INT16_MAX);
 
 	SpinLockAcquire(&ds->mutex);
 
@@ -498,9 +559,9 @@ OutboxDestAdmit(DestStats *ds, int slot, DestAdmission *adm)
 	others_wanting = pg_popcount64(ds->wanting & ~me);
 	target = adm->alive + want;
 	fair = (others_wanting > 0) ?
-		Max(Max(adm->limit / (others_wanting + 1), 1), adm->alive) :
-		adm->limit;
-	top = Max(adm->limit - others, adm->in_use);
+		Max(Max(limit / (others_wanting + 1), 1), adm->alive) :
+		limit;
+	top = Max(limit - others, adm->in_use);
 	now_held = Min(Min(target, fair), top);
 	now_held = Max(now_held, adm->in_use);
 
@@ -656,43 +717,80 @@ OutboxCircuitConfigure(DestStats *ds, bool disabled, bool resumed)
 }
 
 /*
- * A relay exits: its in-flight counts, its slots of the destinations'
- * concurrency and its probes are no more, and it no longer holds its
- * entries.  Circuits stay: they describe the
- * destination, which the other relays (or this one, restarted) keep
- * using.
+ * What the relay in slot `slot` holds of an entry goes: its in-flight
+ * count, its slots of the destination's concurrency (the relays that want
+ * them may have them: returned, to be woken once the lock is released),
+ * its probe and its attachment.  The circuit stays: it describes the
+ * destination, which the other relays (or this one, later) keep using.
+ * Under deststats->lock, held exclusively.
  */
-void
-OutboxDestStatsRelayExit(int slot)
+static uint64
+deststats_release(DestStats *ds, int slot, TimestampTz now)
 {
 	uint64		me = UINT64CONST(1) << slot;
 	uint64		wake = 0;
 
+	ds->in_flight[slot] = 0;
+	if ((ds->attached & me) != 0)
+	{
+		ds->attached &= ~me;
+		ds->last_used = now;
+		if (ds->attached == 0)
+			deststats->unattached++;
+	}
+	OutboxCircuitReleaseProbe(ds);
+
+	SpinLockAcquire(&ds->mutex);
+	ds->wanting &= ~me;
+	if (ds->reserved[slot] > 0)
+	{
+		ds->reserved_total -= ds->reserved[slot];
+		ds->reserved[slot] = 0;
+		wake = ds->wanting;
+		ds->wanting = 0;
+	}
+	SpinLockRelease(&ds->mutex);
+	return wake;
+}
+
+/*
+ * The relay in slot `slot` no longer has this destination (delivery.c: it
+ * was deleted, or its row is no longer usable, and none of its events is
+ * alive in the relay): it lets the entry go, which may then be reused for
+ * another destination.  Until then the entry keeps its circuit and
+ * counters, and a relay that loads the destination again finds them.
+ */
+void
+OutboxDestStatsDetach(DestStats *ds, int slot)
+{
+	uint64		wake;
+
+	if (deststats == NULL || ds == NULL ||
+		slot < 0 || slot >= OUTBOX_MAX_RELAYS)
+		return;
+	LWLockAcquire(deststats->lock, LW_EXCLUSIVE);
+	wake = deststats_release(ds, slot, GetCurrentTimestamp());
+	LWLockRelease(deststats->lock);
+	OutboxWakeRelays(wake);
+}
+
+/*
+ * A relay exits: what it held of every entry goes (deststats_release).
+ */
+void
+OutboxDestStatsRelayExit(int slot)
+{
+	HASH_SEQ_STATUS status;
+	DestStats  *ds;
+	uint64		wake = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
 	if (deststats == NULL || slot < 0 || slot >= OUTBOX_MAX_RELAYS)
 		return;
 	LWLockAcquire(deststats->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < DESTSTATS_MAX; i++)
-	{
-		DestStats  *ds = &deststats->entries[i];
-
-		ds->in_flight[slot] = 0;
-		ds->attached &= ~(UINT64CONST(1) << slot);
-		if (!OidIsValid(ds->dboid))
-			continue;
-		OutboxCircuitReleaseProbe(ds);
-
-		/* its slots are free: the relays that want them may have them */
-		SpinLockAcquire(&ds->mutex);
-		ds->wanting &= ~me;
-		if (ds->reserved[slot] > 0)
-		{
-			ds->reserved_total -= ds->reserved[slot];
-			ds->reserved[slot] = 0;
-			wake |= ds->wanting;
-			ds->wanting = 0;
-		}
-		SpinLockRelease(&ds->mutex);
-	}
+	hash_seq_init(&status, deststats_hash);
+	while ((ds = hash_seq_search(&status)) != NULL)
+		wake |= deststats_release(ds, slot, now);
 	LWLockRelease(deststats->lock);
 	OutboxWakeRelays(wake);
 }
@@ -712,15 +810,17 @@ outbox_destination_runtime(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	TimestampTz now = GetCurrentTimestamp();
 	int64		epoch = now / RECENT_BUCKET_USECS;
+	HASH_SEQ_STATUS status;
+	DestStats  *ds;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (deststats == NULL)
 		return (Datum) 0;
 
 	LWLockAcquire(deststats->lock, LW_SHARED);
-	for (int i = 0; i < DESTSTATS_MAX; i++)
+	hash_seq_init(&status, deststats_hash);
+	while ((ds = hash_seq_search(&status)) != NULL)
 	{
-		DestStats  *ds = &deststats->entries[i];
 		Datum		values[RUNTIME_COLS];
 		bool		nulls[RUNTIME_COLS];
 		int64		in_flight = 0;
@@ -738,7 +838,7 @@ outbox_destination_runtime(PG_FUNCTION_ARGS)
 		const char *circuit;
 		int			c = 0;
 
-		if (ds->dboid != MyDatabaseId)
+		if (ds->key.dboid != MyDatabaseId)
 			continue;
 		for (int s = 0; s < OUTBOX_MAX_RELAYS; s++)
 		{
@@ -777,7 +877,7 @@ outbox_destination_runtime(PG_FUNCTION_ARGS)
 			circuit = "half-open";
 
 		memset(nulls, false, sizeof(nulls));
-		values[c++] = CStringGetTextDatum(ds->name);
+		values[c++] = CStringGetTextDatum(ds->key.name);
 		values[c++] = Int64GetDatum(in_flight);
 		values[c++] = CStringGetTextDatum(circuit);
 		values[c] = TimestampTzGetDatum(open_until);

@@ -25,6 +25,7 @@ extern void OutboxDestStatsSetInFlight(DestStats *ds, int slot, int n);
 extern void OutboxDestStatsRecordResult(DestStats *ds, TimestampTz now,
 										int status, DeliveryOutcome outcome,
 										int64 duration_us);
+extern void OutboxDestStatsDetach(DestStats *ds, int slot);
 extern void OutboxDestStatsRelayExit(int slot);
 
 /*

@@ -36,6 +36,7 @@ int			outbox_redelivery_window = SECS_PER_DAY;
 char	   *outbox_traceparent = NULL;
 char	   *outbox_databases = NULL;
 int			outbox_workers_per_database = 1;
+int			outbox_max_destinations = 4096;
 int			outbox_poll_interval = 1000;
 int			outbox_batch_size = 200;
 int			outbox_max_response_size = 64 * 1024;
@@ -235,8 +236,9 @@ define_backend_gucs(void)
 }
 
 /*
- * Which databases are relayed, by how many workers, how often and in what
- * batches (launcher.c, relay.c).
+ * Which databases are relayed, by how many workers, for how many
+ * destinations, how often and in what batches (launcher.c, relay.c,
+ * deststats.c).
  */
 static void
 define_relay_gucs(void)
@@ -258,6 +260,21 @@ define_relay_gucs(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
+
+	/*
+	 * Sizes shared memory at server start, so only the preloaded library
+	 * may define it (PostgreSQL refuses PGC_POSTMASTER settings later);
+	 * loaded on demand there are no relays and no such memory anyway.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("outbox.max_destinations",
+								"Most destinations, of all databases together, whose runtime state shared memory holds.",
+								"Each has its circuit breaker, its shared max_concurrency and its statistics there; a destination beyond this goes without them.",
+								&outbox_max_destinations,
+								4096, 64, 1000000,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
 
 	DefineCustomIntVariable("outbox.poll_interval",
 							"Longest time a relay waits before looking for due events without being woken.",

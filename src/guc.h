@@ -24,6 +24,7 @@ extern int	outbox_redelivery_window;
 extern char *outbox_traceparent;
 extern char *outbox_databases;
 extern int	outbox_workers_per_database;
+extern int	outbox_max_destinations;
 extern int	outbox_poll_interval;
 extern int	outbox_batch_size;
 extern int	outbox_max_response_size;

@@ -18,7 +18,10 @@
  *	  destinations go on.  Each destination loaded lives in its own memory
  *	  context (LoadedDestination), reference-counted: the cache holds one
  *	  reference and every event leased with it one more, so an event leased
- *	  before a reload keeps its old target until it is recorded.
+ *	  before a reload keeps its old target until it is recorded.  Each
+ *	  loaded destination is attached to its entry of runtime state in
+ *	  shared memory (deststats.c); one no longer loaded lets it go once
+ *	  none of its events is alive (delivery_let_go).
  *	- The cache: what was loaded is kept across lease steps, so a lease
  *	  step costs no SPI, no validation and no allocation per destination,
  *	  and a paused or circuit-open destination costs nothing at all.  It is
@@ -141,6 +144,7 @@ typedef struct RelayDestination
 	TimestampTz claimed_at;		/* its last claim of new events */
 
 	DestStats  *stats;			/* ops: statistics and the circuit (deststats.c) */
+	bool		configured;		/* in the cache: loaded by the last load */
 
 	/* configuration, refreshed at every load */
 	bool		loaded;			/* by a load before this one */
@@ -532,6 +536,7 @@ delivery_destination(const char *name)
 		rd->retry_due = 0;
 		rd->stats = NULL;
 		rd->loaded = false;
+		rd->configured = false;
 		rd->paused = false;
 		rd->unusable_logged_at = 0;
 	}
@@ -682,6 +687,49 @@ delivery_refresh_state(LoadedDestination *d)
 }
 
 /*
+ * A destination the relay no longer has (deleted, or its row no longer
+ * usable) lets its shared entry go (deststats.c) once none of its events
+ * is alive here: the slots of its concurrency that this relay held go
+ * back to the other relays, and the entry may serve another destination
+ * when shared memory is full (outbox.max_destinations).  While events of
+ * it are alive (they are recorded with the target they were leased with)
+ * it keeps the entry, for their results and the circuit; the last one
+ * lets it go (DeliveryFreeEvent).  Loaded again, the destination attaches
+ * again, and finds its circuit and counters if the entry is still there.
+ */
+static void
+delivery_let_go(RelayDestination *rd)
+{
+	if (rd->configured || rd->stats == NULL || rd->in_flight > 0)
+		return;
+	OutboxDestStatsDetach(rd->stats, RELAY_SLOT_INDEX);
+	rd->stats = NULL;
+	rd->slots = 0;
+}
+
+/*
+ * Note which destinations a fresh load has, and let the others go
+ * (delivery_let_go) before the new ones attach: a destination deleted and
+ * one added by the same change may so share the last free entry.
+ */
+static void
+delivery_note_configured(List *fresh)
+{
+	HASH_SEQ_STATUS status;
+	RelayDestination *rd;
+	ListCell   *lc;
+
+	hash_seq_init(&status, destinations);
+	while ((rd = hash_seq_search(&status)) != NULL)
+		rd->configured = false;
+	foreach(lc, fresh)
+		delivery_destination(((LoadedDestination *) lfirst(lc))->name)->configured = true;
+	hash_seq_init(&status, destinations);
+	while ((rd = hash_seq_search(&status)) != NULL)
+		delivery_let_go(rd);
+}
+
+/*
  * Before a lease step's transaction begins: note the slot's configuration
  * generation, and whether the cache must be loaded again (see the file's
  * header for when).  Reading the generation before the transaction takes
@@ -778,6 +826,7 @@ delivery_reload(void)
 
 	config_valid = false;
 	fresh = delivery_load_all();
+	delivery_note_configured(fresh);
 	foreach(lc, config_loaded)
 		((LoadedDestination *) lfirst(lc))->cached = false;
 	list_free(config_native);
@@ -1776,6 +1825,7 @@ DeliveryFreeEvent(RelayEvent *ev)
 	ev->dest->in_flight--;
 	total_in_flight--;
 	OutboxDestStatsSetInFlight(ev->dest->stats, RELAY_SLOT_INDEX, ev->dest->in_flight);	/* ops */
+	delivery_let_go(ev->dest);	/* the last event of a deleted destination */
 
 	/*
 	 * ev lives in its own context: read what is needed of it first.  Its

@@ -57,5 +57,8 @@ SELECT has_function_privilege('public', 'outbox._retries_retry(uuid[], timestamp
 SELECT count(*) AS runtime_rows FROM outbox.destination_runtime();
 SELECT circuit_state FROM outbox.destination_stats WHERE destination = 'circuit-test';
 SHOW outbox.circuit_max_pause;
+-- the circuits' (and statistics') entries in shared memory: sized at start
+SHOW outbox.max_destinations;
+SET outbox.max_destinations = 100;
 SELECT outbox._retries_ack(ARRAY(SELECT id FROM c)) AS acked;
 DELETE FROM outbox.destinations WHERE name = 'circuit-test';
