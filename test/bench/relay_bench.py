@@ -28,6 +28,7 @@ a test.
 """
 import glob
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -57,15 +58,20 @@ def free_port():
     return p
 
 
-def start_nginx(tmp):
-    port = free_port()
+def start_nginx(tmp, port=None, hosts=1, nofile=None):
+    """nginx answering 204 on 127.0.0.1 .. 127.0.0.<hosts>, logging each
+    request's arrival and ce-id; nofile: its open files limit (raised for
+    it alone, as far as the hard limit allows).  Returns the port."""
+    port = port or free_port()
+    listens = "\n".join(f"        listen 127.0.0.{h}:{port};" for h in range(1, hosts + 1))
     conf = os.path.join(tmp, "nginx.conf")
     with open(conf, "w") as f:
         f.write(f"""
 worker_processes 1;
+{f"worker_rlimit_nofile {nofile};" if nofile else ""}
 pid {tmp}/nginx.pid;
 error_log {tmp}/nginx_error.log;
-events {{ worker_connections 4096; }}
+events {{ worker_connections {nofile - 100 if nofile else 4096}; }}
 http {{
     client_body_temp_path {tmp};
     proxy_temp_path {tmp};
@@ -76,12 +82,13 @@ http {{
     access_log {tmp}/arrivals.log arrival buffer=64k flush=100ms;
     keepalive_requests 1000000;
     server {{
-        listen 127.0.0.1:{port};
+{listens}
         location / {{ client_body_buffer_size 64k; return 204; }}
     }}
 }}
 """)
-    subprocess.run(["nginx", "-c", conf, "-p", tmp], check=True)
+    limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None
+    subprocess.run(["nginx", "-c", conf, "-p", tmp], check=True, preexec_fn=limit)
     return port
 
 

@@ -42,14 +42,8 @@ ok($node->poll_query_until('postgres', q{
 # it; returns that request's record, or undef.
 sub deliver
 {
-	my ($dest, $sql_extra) = @_;
-	my ($id) = emit_events($node, 'cc.event', $dest, 1);
-	my $found;
-	wait_until(sub {
-		($found) = grep { ($_->{id} // '') eq $id } sink_records($sink);
-		return defined $found;
-	}, $DEADLINE);
-	return $found;
+	my ($dest) = @_;
+	return deliver_one($node, $sink, 'cc.event', $dest, $DEADLINE);
 }
 
 # An event that must not be leased: emitted to dest, then an event of

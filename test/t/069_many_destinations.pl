@@ -177,13 +177,7 @@ sql(q{DELETE FROM outbox.destinations WHERE name = 'refused'});
 sub deliver
 {
 	my ($dest) = @_;
-	my ($id) = emit_events($node, 'many.change', $dest, 1);
-	my $found;
-	wait_until(sub {
-		($found) = grep { ($_->{id} // '') eq $id } sink_records($sink);
-		return defined $found;
-	}, $DEADLINE);
-	return $found;
+	return deliver_one($node, $sink, 'many.change', $dest, $DEADLINE);
 }
 
 sql(qq{INSERT INTO outbox.destinations (name, url) VALUES ('added', '$u/ok/added')});

@@ -16,7 +16,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 use Exporter 'import';
-our @EXPORT = qw(new_outbox_node start_sink stop_sink restart_sink sink_records
+our @EXPORT = qw(new_outbox_node start_sink stop_sink restart_sink sink_records deliver_one
   sink_ids wait_until relay_pids secret emit_events assert_zero_lost
   start_fast_sink fast_sink_ids start_slow_sink slow_sink_stats rss_anon_kb);
 
@@ -208,6 +208,20 @@ sub emit_events
 		                              destination => '$dest')::text, ' ')
 		  FROM generate_series(1, $n) g});
 	return split / /, $ids;
+}
+
+# Emit one event of a type to a destination and wait (up to seconds) until
+# the sink has a request for it; returns that request's record, or undef.
+sub deliver_one
+{
+	my ($node, $sink, $type, $dest, $seconds) = @_;
+	my ($id) = emit_events($node, $type, $dest, 1);
+	my $found;
+	wait_until(sub {
+		($found) = grep { ($_->{id} // '') eq $id } sink_records($sink);
+		return defined $found;
+	}, $seconds);
+	return $found;
 }
 
 # Every id was acknowledged (2xx) by the sink at least once, on a path
