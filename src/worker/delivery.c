@@ -1579,9 +1579,8 @@ static void
 delivery_sweep(TimestampTz now)
 {
 	uint64		wake = pg_atomic_read_u64(&relay_slot->wake_generation);
-	uint64		n;
-
 	uint64		prepared = pg_atomic_read_u64(&relay_slot->prepared_generation);
+	uint64		n;
 	bool		full;
 	bool		prepared_now;
 
