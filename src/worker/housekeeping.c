@@ -33,8 +33,9 @@
  *	  rows, so it costs what the backlog costs (0.3 s for 200,000 pending
  *	  among 1.2 million rows on the development VM); a check that took
  *	  t ms is not repeated before 200 t ms (5 to 60 s; pace.c), so it
- *	  takes at most 0.5% of the relay's time once it is slow.  If no relay runs at all, nobody
- *	  logs: outbox.health() reports that case, and it is what to alert on.
+ *	  takes at most 0.5% of the relay's time once it is slow.  If no relay
+ *	  runs at all, nobody logs: outbox.health() reports that case, and it
+ *	  is what to alert on.
  *	- "Pending age" counts from the event's creation, but an event that
  *	  was never attempted and is scheduled for later (emit(..., not_before))
  *	  does not count before it is due; the SQL views use the same rule.
