@@ -1679,6 +1679,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 		uint64		n;
 		uint64		m = 0;
 		bool		more = false;
+		bool		held_back = false;
 
 		/* a retry of its own to come: the relay wakes for it, not at a poll */
 		if (rd->retry_due != 0 && !retry_due)
@@ -1722,7 +1723,8 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 		n = OutboxStoreRetriesLease(want, lease, d->name);
 		if (n > 0)
 			delivery_queue_rows(d, rd, probe, NULL, n);
-		if (n < (uint64) want && !(d->ordered && rd->batches > 0))
+		held_back = (n < (uint64) want && d->ordered && rd->batches > 0);
+		if (n < (uint64) want && !held_back)
 		{
 			int			rest = want - (int) n;
 
@@ -1753,10 +1755,21 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 		else if (!probe)
 		{
 			rd->busy = false;
-			rd->due = false;
-			rd->seen_generation = generation;
 			if (retry_due)
 				rd->retry_due = 0;
+
+			/*
+			 * An ordered destination with its batch still out was not
+			 * claimed: what it has (new events, the sweep's find) waits
+			 * for that batch's acknowledgement, whose record step leases
+			 * again.  Taken for seen, an event committed while the batch
+			 * was out waited for a sweep that reads the log.
+			 */
+			if (!held_back)
+			{
+				rd->due = false;
+				rd->seen_generation = generation;
+			}
 		}
 
 		/* slots granted and not used: the others may have them */

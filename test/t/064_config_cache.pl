@@ -170,6 +170,26 @@ ok(wait_until(sub { grep { ($_->{id} // '') eq $again && $_->{answer} == 204 } s
 	'a retry due before the next poll is sent when due, not at the poll');
 note(sprintf('two retries 100 and 200 ms apart (plus jitter) answered after %.2f s', time - $t_again));
 
+# ---- an ordered destination's events committed while its batch is out ----
+# An ordered destination has one batch in flight at a time, so an event
+# that commits while the first is being sent cannot be claimed then; it
+# must be claimed once that batch is acknowledged, not at a sweep (the
+# periodic one no longer reads the log: this waited for the safety net's
+# reload, 10 s here, and forever with fewer changes; it failed 029 in CI).
+# Each request takes 1 s here.
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, url, options)
+	VALUES ('inorder', '$sink->{url}/delay/1000/inorder', '{"ordering": "aggregate"}')});
+my ($first) = emit_events($node, 'cc.event', 'inorder', 1);
+ok($node->poll_query_until('postgres', qq{
+	SELECT leased_until IS NOT NULL FROM outbox.events WHERE id = '$first'}),
+	'an ordered destination\'s first event is being sent');
+my ($second) = emit_events($node, 'cc.event', 'inorder', 1);
+my $t_second = time;
+ok(wait_until(sub { my $r = sink_ids($sink, '/delay/1000/inorder'); $r->{$first} && $r->{$second} }, 5),
+	'an event committed while its ordered destination\'s batch was in flight is delivered after it');
+note(sprintf('the second event arrived %.2f s after its commit (the first took 1 s)', time - $t_second));
+
 # ---- CPU with 1,000 paused destinations, then 1,000 idle ones ----
 # A paused destination costs a relay nothing per lease step: no load, no
 # claim, and the sweep does not look at it.  (Before the cache every step
