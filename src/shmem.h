@@ -66,6 +66,9 @@ typedef struct RelaySlot
 	pg_atomic_uint64 wake_generation;	/* bumped by every commit that woke
 										 * the relays of dboid without naming
 										 * its destinations (wake.c) */
+	pg_atomic_uint64 emitted_generation;	/* bumped by every commit that
+											 * bumped emitted counters for
+											 * dboid, or woke untagged */
 	pg_atomic_uint64 prepared_generation;	/* bumped by every PREPARE
 											 * TRANSACTION of dboid that
 											 * emitted events (wake.c) */

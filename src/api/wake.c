@@ -157,6 +157,9 @@ wake_xact_callback(XactEvent event, void *arg)
 		/* also a slot whose relay is starting: it loads after this */
 		if (config)
 			pg_atomic_fetch_add_u64(&slot->config_generation, 1);
+		/* after the counters: a relay that sees this sees them (delivery.c) */
+		if (ncounters > 0 || untagged)
+			pg_atomic_fetch_add_u64(&slot->emitted_generation, 1);
 		if (untagged)
 			pg_atomic_fetch_add_u64(&slot->wake_generation, 1);
 		if (slot->pid != 0)
