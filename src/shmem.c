@@ -83,6 +83,7 @@ outbox_shmem_startup(void)
 			pg_atomic_init_u64(&outbox_shared->slots[i].wake_generation, 0);
 			pg_atomic_init_u64(&outbox_shared->slots[i].prepared_generation, 0);
 			pg_atomic_init_u64(&outbox_shared->slots[i].emitted_generation, 0);
+			pg_atomic_init_u64(&outbox_shared->slots[i].sweep_due_at, 0);
 		}
 		for (int i = 0; i < OUTBOX_EMIT_COUNTERS; i++)
 			pg_atomic_init_u64(&outbox_shared->emitted[i], 0);

@@ -69,6 +69,9 @@ typedef struct RelaySlot
 	pg_atomic_uint64 emitted_generation;	/* bumped by every commit that
 											 * bumped emitted counters for
 											 * dboid, or woke untagged */
+	pg_atomic_uint64 sweep_due_at;	/* worker 0: when its next periodic
+									 * sweep is due, a TimestampTz; 0: not
+									 * swept yet (delivery.c) */
 	pg_atomic_uint64 prepared_generation;	/* bumped by every PREPARE
 											 * TRANSACTION of dboid that
 											 * emitted events (wake.c) */

@@ -114,6 +114,7 @@
 #define CLAIM_GATHER_MS			2	/* see DeliveryLease() */
 #define SWEEP_COST_FACTOR		200 /* the periodic sweep: 0.5 % of a core */
 #define SWEEP_MAX_MS			60000	/* ... but at least once a minute */
+#define SWEEP_GRACE_MS			5000	/* the first worker's, overdue by this */
 #define RECORD_DELAY_NATIVE_MS	10	/* a native client's queue was full */
 
 /* Per-destination state that outlives a cycle; hash entry keyed by name. */
@@ -1568,12 +1569,18 @@ delivery_pump(RelayDestination *rd)
  * did then: every other event was announced by its commit.
  *
  * Its cost grows with the destinations that exist (a few index probes
- * each: 4-17 ms for 1,000, 100-200 ms for 10,000 on the development VM),
+ * each; on the development VM, one acknowledged batch per destination:
+ * with the log 11 ms for 1,000 and 136 ms for 10,000, without it 3 and
+ * 42 ms; store.c),
  * so the periodic sweep is paced (pace.c): every outbox.poll_interval,
  * or SWEEP_COST_FACTOR times its last duration if that is longer, at
  * most SWEEP_MAX_MS.  With 10,000 destinations that is every 20-40 s
  * instead of every second; only what the periodic sweep alone finds
- * waits that long.  The other workers leave it to the first.
+ * waits that long.  The other workers leave it to the first, unless its
+ * sweep is overdue by SWEEP_GRACE_MS (and two poll intervals): a first
+ * worker that is stopped or stuck would otherwise leave the batches it
+ * holds unacknowledged for as long as it stays so, since only the
+ * periodic sweep finds them (delivery_sweeper_overdue).
  *
  * The one case that is not rare, a relay that died (a crash restarts
  * every relay; an error restarts the one), does not wait for it: every
@@ -1582,6 +1589,25 @@ delivery_pump(RelayDestination *rd)
  * destinations plus their longest lease), and claims the batches left
  * unacknowledged.
  */
+static bool
+delivery_sweeper_overdue(TimestampTz now)
+{
+	int64		grace_ms = Max(SWEEP_GRACE_MS, 2 * (int64) outbox_poll_interval);
+
+	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
+	{
+		RelaySlot  *slot = &outbox_shared->slots[i];
+		TimestampTz due;
+
+		if (slot->dboid != MyDatabaseId || slot->worker_number != 0 ||
+			slot->pid == 0)
+			continue;
+		due = (TimestampTz) pg_atomic_read_u64(&slot->sweep_due_at);
+		return (due != 0 && now >= TimestampTzPlusMilliseconds(due, grace_ms));
+	}
+	return true;				/* no first worker: it is not sweeping */
+}
+
 static void
 delivery_sweep(TimestampTz now)
 {
@@ -1596,7 +1622,8 @@ delivery_sweep(TimestampTz now)
 	full = (wake != sweep_wake_generation || sweep_all ||
 			(sweep_recovery_at > 0 && now >= sweep_recovery_at));
 	if (!full &&
-		(relay_slot->worker_number != 0 || !WorkerPaceDue(&sweep_pace, now)))
+		(!WorkerPaceDue(&sweep_pace, now) ||
+		 (relay_slot->worker_number != 0 && !delivery_sweeper_overdue(now))))
 		return;
 	sweep_all = false;
 	if (sweep_recovery_at > 0 && now >= sweep_recovery_at)
@@ -1628,6 +1655,9 @@ delivery_sweep(TimestampTz now)
 		}
 	}
 	(void) WorkerPaceDone(&sweep_pace, now, outbox_poll_interval);
+	if (relay_slot->worker_number == 0)
+		pg_atomic_write_u64(&relay_slot->sweep_due_at,
+							(uint64) sweep_pace.next);
 }
 
 /* delivery_pump(), onto the lease step's list of events to start */

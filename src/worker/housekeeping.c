@@ -32,8 +32,9 @@
  *	  and a LOG line when it recovers.  The query aggregates the pending
  *	  rows, so it costs what the backlog costs (0.3 s for 200,000 pending
  *	  among 1.2 million rows on the development VM); a check that took
- *	  t ms is not repeated before 200 t ms (5 to 60 s; pace.c), so it
- *	  takes at most 0.5% of the relay's time once it is slow.  If no relay
+ *	  t ms is not repeated before 1,000 t ms (5 to 60 s; pace.c), so it
+ *	  takes at most 0.1% of the relay's time until it takes 60 ms, and
+ *	  runs once a minute when slower.  If no relay
  *	  runs at all, nobody logs: outbox.health() reports that case, and it
  *	  is what to alert on.
  *	- "Pending age" counts from the event's creation, but an event that
@@ -59,11 +60,11 @@
 #define ROUTE_INTERVAL_MS		5000
 #define ROTATE_CHECK_MS			1000
 #define TRIM_INTERVAL_MS		10000
-#define TRIM_COST_FACTOR		200
+#define TRIM_COST_FACTOR		1000
 #define TRIM_MAX_MS				600000
 #define BACKLOG_CHECK_MS		5000
 #define BACKLOG_CHECK_MAX_MS	60000
-#define BACKLOG_COST_FACTOR		200
+#define BACKLOG_COST_FACTOR		1000
 #define BACKLOG_WARN_EVERY_MS	60000
 
 static SPIPlanPtr route_plan = NULL;

@@ -196,6 +196,7 @@ relay_start(int slot_index)
 	relay_slot->state = RELAY_STARTING;
 	relay_slot->in_flight = 0;
 	relay_slot->last_error[0] = '\0';
+	pg_atomic_write_u64(&relay_slot->sweep_due_at, 0);
 	LWLockRelease(outbox_shared->lock);
 	before_shmem_exit(relay_on_exit, (Datum) 0);
 

@@ -93,6 +93,40 @@ ok($node->poll_query_until('postgres', qq{SELECT state <> 'error' FROM outbox.wo
 	'the continued worker carries on');
 ok(!$node->log_contains('terminated by signal'), 'no process crashed');
 
+# Each of the two workers, long running (no recovery sweep of their start
+# is due), stopped in turn while it holds a claimed batch: the other one
+# finds the batch once its lease has run out.  Only the periodic sweep can
+# find it (no commit announces it), and that is the first worker's job:
+# when the second is stopped, the first's light sweep finds it; when the
+# first is stopped, its sweep is overdue and the second sweeps instead
+# (without that, the batch waited as long as the first worker stayed
+# stopped).  Requests take 3 s, the lease is 4 s + 1 s.
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, url, timeout_ms, max_concurrency, options)
+	VALUES ('turn', '$u/delay/3000/turn', 4000, 100, '{"circuit_threshold": 0}')});
+for my $holder (1, 0)
+{
+	my $other = 1 - $holder;
+	my %pid = map { split /\|/ } split /\n/, $node->safe_psql('postgres', q{
+		SELECT worker || '|' || pid FROM outbox.workers() WHERE database = 'postgres'});
+	kill 'STOP', $pid{$other};
+	my @turn = emit_events($node, 'turn.test', 'turn', 5);
+	my $list = join(',', map { "'$_'" } @turn);
+	ok($node->poll_query_until('postgres', qq{SELECT in_flight = 5 FROM outbox.workers() WHERE pid = $pid{$holder}}),
+		"worker $holder claimed the batch while worker $other was stopped");
+	kill 'STOP', $pid{$holder};
+	kill 'CONT', $pid{$other};
+	my $t0 = time;
+	ok(wait_until(sub {
+		$node->safe_psql('postgres', qq{SELECT count(*) FROM outbox.events WHERE id IN ($list) AND status = 'published'}) == 5
+	}, 30), "worker $holder stopped: worker $other delivers its batch");
+	note(sprintf('worker %d stopped: published by worker %d %.1f s later', $holder, $other, time - $t0));
+	kill 'CONT', $pid{$holder};
+}
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 2 FROM outbox.workers() WHERE database = 'postgres' AND state <> 'error'}),
+	'both workers carry on');
+
 $node->stop;
 stop_sink($sink);
 done_testing();
