@@ -846,11 +846,27 @@ OutboxStoreClaimRecover(Interval *lease, const char *destination, int64 low_seq)
  * looked at (a relay does not claim them; once resumed, the next sweep
  * finds their work).
  */
+#define DUE_WITHOUT_LOG_SQL \
+"SELECT d.name FROM outbox.destinations AS d" \
+" WHERE NOT EXISTS (SELECT 1 FROM outbox.streams AS s" \
+"                    WHERE s.destination OPERATOR(pg_catalog.=) d.name)" \
+"UNION " \
+"SELECT d.name FROM outbox.destinations AS d" \
+" WHERE NOT d.paused" \
+"   AND d.name IN (SELECT r.destination FROM outbox.retries AS r" \
+"                   WHERE r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()" \
+"                     AND (r.leased_until IS NULL" \
+"                          OR r.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())" \
+"                  UNION ALL " \
+"                  SELECT b.destination FROM outbox.batches AS b" \
+"                   WHERE b.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()" \
+"                     AND (SELECT true FROM outbox.batch_acks AS k" \
+"                           WHERE k.destination OPERATOR(pg_catalog.=) b.destination" \
+"                             AND k.seq OPERATOR(pg_catalog.=) b.seq) IS NULL)"
+
 static const char *due_destinations_sql =
-"SELECT d.name FROM outbox.destinations AS d"
-" WHERE NOT EXISTS (SELECT 1 FROM outbox.streams AS s"
-"                    WHERE s.destination OPERATOR(pg_catalog.=) d.name)"
-"UNION ALL "
+DUE_WITHOUT_LOG_SQL
+" UNION "
 "SELECT s.destination FROM outbox.streams AS s"
 " JOIN outbox.destinations AS d ON d.name OPERATOR(pg_catalog.=) s.destination"
 " CROSS JOIN LATERAL (SELECT b.to_snap FROM outbox.batches AS b"
@@ -863,51 +879,24 @@ static const char *due_destinations_sql =
 "                                  AND l.xid OPERATOR(pg_catalog.=) q.xid))"
 "        OR EXISTS (SELECT 1 FROM outbox.log AS l"
 "                    WHERE l.destination OPERATOR(pg_catalog.=) s.destination"
-"                      AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmax(p.to_snap)))"
-"UNION "
-"SELECT d.name FROM outbox.destinations AS d"
-" WHERE NOT d.paused"
-"   AND d.name IN (SELECT r.destination FROM outbox.retries AS r"
-"                   WHERE r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
-"                     AND (r.leased_until IS NULL"
-"                          OR r.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())"
-"                  UNION ALL "
-"                  SELECT b.destination FROM outbox.batches AS b"
-"                   WHERE b.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()"
-"                     AND (SELECT true FROM outbox.batch_acks AS k"
-"                           WHERE k.destination OPERATOR(pg_catalog.=) b.destination"
-"                             AND k.seq OPERATOR(pg_catalog.=) b.seq) IS NULL)";
+"                      AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmax(p.to_snap)))";
+
+static SPIPlanPtr due_destinations_plan = NULL;
 
 /*
- * The same without the log (the light sweep): retries due and batches
- * whose lease ran out, looked for in those two tables as a whole (the
- * retries are few; the batches about one per destination once trimmed),
- * not destination by destination as above, whose lateral probes cost
- * 10-20 us per destination that ever had a batch.  And the destinations
- * without a stream row (none, but for rows written with the triggers
- * off).  A batch's acknowledgement is looked up by its key (a subplan),
- * for the reason retention.c gives for the trim.
+ * The light sweep, without the log: its first half above (DUE_WITHOUT_LOG_SQL).
+ * Retries due and batches whose lease ran out are looked for in those two
+ * tables as a whole (the retries are few; the batches about one per
+ * destination once trimmed), not through each destination's newest batch
+ * as the log is, which also left out the retries of a destination that
+ * never had a batch.  And the destinations without a stream row (none,
+ * but for rows written with the triggers off).  A batch's
+ * acknowledgement is looked up by its key (a subplan), for the reason
+ * retention.c gives for the trim.
  */
-static const char *due_light_sql =
-"SELECT d.name FROM outbox.destinations AS d"
-" WHERE NOT EXISTS (SELECT 1 FROM outbox.streams AS s"
-"                    WHERE s.destination OPERATOR(pg_catalog.=) d.name)"
-"UNION "
-"SELECT d.name FROM outbox.destinations AS d"
-" WHERE NOT d.paused"
-"   AND d.name IN (SELECT r.destination FROM outbox.retries AS r"
-"                   WHERE r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
-"                     AND (r.leased_until IS NULL"
-"                          OR r.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())"
-"                  UNION ALL "
-"                  SELECT b.destination FROM outbox.batches AS b"
-"                   WHERE b.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()"
-"                     AND (SELECT true FROM outbox.batch_acks AS k"
-"                           WHERE k.destination OPERATOR(pg_catalog.=) b.destination"
-"                             AND k.seq OPERATOR(pg_catalog.=) b.seq) IS NULL)";
+static const char *due_light_sql = DUE_WITHOUT_LOG_SQL;
 
 static SPIPlanPtr due_light_plan = NULL;
-static SPIPlanPtr due_destinations_plan = NULL;
 
 /*
  * Move the lease of batch $2 of $1 to now() + $3, unless it is
