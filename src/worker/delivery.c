@@ -318,9 +318,11 @@ static bool sweep_on_reload = true; /* the next load is followed by one */
 static bool sweep_prepared = false; /* prepared transactions at the last one */
 static uint64 sweep_wake_generation = 0;
 
-/* the last pass (DeliveryLease): the emitted generation it saw, and
- * whether it left any destination with business; a load, the sweep's
- * find and a retry written set it again */
+/*
+ * The last pass (DeliveryLease): the emitted generation it saw, and
+ * whether it left any destination with business; a load, the sweep's find
+ * and a retry written set it again.
+ */
 static uint64 pass_emitted_generation = 0;
 static bool pass_business = true;
 static pg_prng_state prng;
@@ -1555,39 +1557,8 @@ delivery_pump(RelayDestination *rd)
 }
 
 /*
- * The sweep: mark the destinations with due work (store.c,
- * OutboxStoreDueDestinations), after the destinations were loaded again,
- * when a commit woke the relays without naming its destinations (wake.c),
- * and, on the database's first relay worker only, periodically.  What
- * the periodic one finds is work no commit announced (events committed by
- * COMMIT PREPARED, a retry another worker wrote, a batch of a relay that
- * died or stopped), and the first worker claims it; a worker's own
- * retries coming due are its own to claim (retry_due).  The periodic
- * sweep leaves out the log (its costlier half) unless a transaction that
- * emitted events was prepared since the last one (wake.c bumps the
- * prepared generation at PREPARE) or prepared transactions exist now or
- * did then: every other event was announced by its commit.
- *
- * Its cost grows with the destinations that exist (a few index probes
- * each; on the development VM, one acknowledged batch per destination:
- * with the log 11 ms for 1,000 and 136 ms for 10,000, without it 3 and
- * 42 ms; store.c),
- * so the periodic sweep is paced (pace.c): every outbox.poll_interval,
- * or SWEEP_COST_FACTOR times its last duration if that is longer, at
- * most SWEEP_MAX_MS.  With 10,000 destinations that is every 20-40 s
- * instead of every second; only what the periodic sweep alone finds
- * waits that long.  The other workers leave it to the first, unless its
- * sweep is overdue by SWEEP_GRACE_MS (and two poll intervals): a first
- * worker that is stopped or stuck would otherwise leave the batches it
- * holds unacknowledged for as long as it stays so, since only the
- * periodic sweep finds them (delivery_sweeper_overdue).
- *
- * The one case that is not rare, a relay that died (a crash restarts
- * every relay; an error restarts the one), does not wait for it: every
- * relay sweeps once more, unpaced, when the leases its predecessor may
- * have taken have run out (sweep_recovery_at: its first load of the
- * destinations plus their longest lease), and claims the batches left
- * unacknowledged.
+ * Is the periodic sweep of the database's worker 0 overdue (see
+ * delivery_sweep)?  Also when there is no worker 0 at the moment.
  */
 static bool
 delivery_sweeper_overdue(TimestampTz now)
@@ -1608,6 +1579,41 @@ delivery_sweeper_overdue(TimestampTz now)
 	return true;				/* no first worker: it is not sweeping */
 }
 
+/*
+ * The sweep: mark the destinations with due work (store.c,
+ * OutboxStoreDueDestinations), after the destinations were loaded again,
+ * when a commit woke the relays without naming its destinations (wake.c),
+ * and periodically on the database's first relay worker (on another
+ * while the first one's is overdue).  What
+ * the periodic one finds is work no commit announced (events committed by
+ * COMMIT PREPARED, a retry another worker wrote, a batch of a relay that
+ * died or stopped), and the first worker claims it; a worker's own
+ * retries coming due are its own to claim (retry_due).  The periodic
+ * sweep leaves out the log (its costlier half) unless a transaction that
+ * emitted events was prepared since the last one (wake.c bumps the
+ * prepared generation at PREPARE) or prepared transactions exist now or
+ * did then: every other event was announced by its commit.
+ *
+ * Its cost grows with the destinations that exist (a few index probes
+ * each; on the development VM, one acknowledged batch per destination:
+ * with the log 11 ms for 1,000 and 136 ms for 10,000, without it 3 and
+ * 42 ms), so the periodic sweep is paced (pace.c): every
+ * outbox.poll_interval, or SWEEP_COST_FACTOR times its last duration if
+ * that is longer, at most SWEEP_MAX_MS.  With 10,000 destinations that
+ * is every 8-30 s instead of every second; only what the periodic sweep
+ * alone finds waits that long.  The other workers leave it to the first, unless its
+ * sweep is overdue by SWEEP_GRACE_MS (and two poll intervals): a first
+ * worker that is stopped or stuck would otherwise leave the batches it
+ * holds unacknowledged for as long as it stays so, since only the
+ * periodic sweep finds them (delivery_sweeper_overdue).
+ *
+ * The one case that is not rare, a relay that died (a crash restarts
+ * every relay; an error restarts the one), does not wait for it: every
+ * relay sweeps once more, unpaced, when the leases its predecessor may
+ * have taken have run out (sweep_recovery_at: its first load of the
+ * destinations plus their longest lease), and claims the batches left
+ * unacknowledged.
+ */
 static void
 delivery_sweep(TimestampTz now)
 {
