@@ -136,6 +136,24 @@ OutboxWakeRelays(uint64 slots)
 }
 
 /*
+ * The slot of the database's relay worker 0 while it has a process, or
+ * NULL.  Without outbox_shared->lock the fields may be changing; take it
+ * (shared) to read several of them together.
+ */
+RelaySlot *
+OutboxFirstRelaySlot(Oid dboid)
+{
+	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
+	{
+		RelaySlot  *slot = &outbox_shared->slots[i];
+
+		if (slot->dboid == dboid && slot->pid != 0 && slot->worker_number == 0)
+			return slot;
+	}
+	return NULL;
+}
+
+/*
  * Record a worker's state; the text is truncated to fit the slot.
  */
 void

@@ -109,6 +109,7 @@ extern OutboxShared *outbox_shared;
 extern void OutboxShmemInit(void);
 extern void OutboxSetLatchByProcno(int procno);
 extern void OutboxWakeRelays(uint64 slots);
+extern RelaySlot *OutboxFirstRelaySlot(Oid dboid);
 extern void OutboxSlotSetState(RelaySlot *slot, RelayState state);
 extern void OutboxSlotSetError(RelaySlot *slot, const char *error);
 extern void OutboxSlotSetRotation(RelaySlot *slot, const char *result,

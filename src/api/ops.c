@@ -119,7 +119,7 @@ outbox_log_rotation(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	Datum		values[4];
 	bool		nulls[4] = {false};
-	bool		found = false;
+	RelaySlot  *slot;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
@@ -127,14 +127,9 @@ outbox_log_rotation(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 
 	LWLockAcquire(outbox_shared->lock, LW_SHARED);
-	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
+	slot = OutboxFirstRelaySlot(MyDatabaseId);
+	if (slot != NULL)
 	{
-		RelaySlot  *slot = &outbox_shared->slots[i];
-
-		if (slot->dboid != MyDatabaseId || slot->pid == 0 ||
-			slot->worker_number != 0)
-			continue;
-		found = true;
 		nulls[0] = (slot->rotation[0] == '\0');
 		if (!nulls[0])
 			values[0] = CStringGetTextDatum(slot->rotation);
@@ -144,11 +139,10 @@ outbox_log_rotation(PG_FUNCTION_ARGS)
 		values[2] = TimestampTzGetDatum(slot->rotated_at);
 		nulls[3] = (slot->rotation_blocked_since == 0);
 		values[3] = TimestampTzGetDatum(slot->rotation_blocked_since);
-		break;
 	}
 	LWLockRelease(outbox_shared->lock);
 
-	if (!found)
+	if (slot == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

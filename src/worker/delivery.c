@@ -1564,19 +1564,13 @@ static bool
 delivery_sweeper_overdue(TimestampTz now)
 {
 	int64		grace_ms = Max(SWEEP_GRACE_MS, 2 * (int64) outbox_poll_interval);
+	RelaySlot  *first = OutboxFirstRelaySlot(MyDatabaseId);
+	TimestampTz due;
 
-	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
-	{
-		RelaySlot  *slot = &outbox_shared->slots[i];
-		TimestampTz due;
-
-		if (slot->dboid != MyDatabaseId || slot->worker_number != 0 ||
-			slot->pid == 0)
-			continue;
-		due = (TimestampTz) pg_atomic_read_u64(&slot->sweep_due_at);
-		return (due != 0 && now >= TimestampTzPlusMilliseconds(due, grace_ms));
-	}
-	return true;				/* no first worker: it is not sweeping */
+	if (first == NULL)
+		return true;			/* no first worker: it is not sweeping */
+	due = (TimestampTz) pg_atomic_read_u64(&first->sweep_due_at);
+	return (due != 0 && now >= TimestampTzPlusMilliseconds(due, grace_ms));
 }
 
 /*
@@ -1584,8 +1578,8 @@ delivery_sweeper_overdue(TimestampTz now)
  * OutboxStoreDueDestinations), after the destinations were loaded again,
  * when a commit woke the relays without naming its destinations (wake.c),
  * and periodically on the database's first relay worker (on another
- * while the first one's is overdue).  What
- * the periodic one finds is work no commit announced (events committed by
+ * while the first one's is overdue).  What the periodic one finds is
+ * work no commit announced (events committed by
  * COMMIT PREPARED, a retry another worker wrote, a batch of a relay that
  * died or stopped), and the first worker claims it; a worker's own
  * retries coming due are its own to claim (retry_due).  The periodic
@@ -1601,11 +1595,11 @@ delivery_sweeper_overdue(TimestampTz now)
  * outbox.poll_interval, or SWEEP_COST_FACTOR times its last duration if
  * that is longer, at most SWEEP_MAX_MS.  With 10,000 destinations that
  * is every 8-30 s instead of every second; only what the periodic sweep
- * alone finds waits that long.  The other workers leave it to the first, unless its
- * sweep is overdue by SWEEP_GRACE_MS (and two poll intervals): a first
- * worker that is stopped or stuck would otherwise leave the batches it
- * holds unacknowledged for as long as it stays so, since only the
- * periodic sweep finds them (delivery_sweeper_overdue).
+ * alone finds waits that long.  The other workers leave it to the first,
+ * unless its sweep is overdue by SWEEP_GRACE_MS (and two poll intervals):
+ * a first worker that is stopped or stuck would otherwise leave the
+ * batches it holds unacknowledged for as long as it stays so, since only
+ * the periodic sweep finds them (delivery_sweeper_overdue).
  *
  * The one case that is not rare, a relay that died (a crash restarts
  * every relay; an error restarts the one), does not wait for it: every
@@ -1841,7 +1835,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 {
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
-	Interval   *lease = delivery_lease_interval();
+	Interval   *lease;
 	uint64		emitted = pg_atomic_read_u64(&relay_slot->emitted_generation);
 	bool		business = false;
 
@@ -1851,6 +1845,7 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 	delivery_sweep(now);
 	if (!pass_business && emitted == pass_emitted_generation)
 		return;
+	lease = delivery_lease_interval();
 	foreach(lc, dests)
 	{
 		LoadedDestination *d = lfirst(lc);

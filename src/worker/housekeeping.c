@@ -34,9 +34,8 @@
  *	  among 1.2 million rows on the development VM); a check that took
  *	  t ms is not repeated before 1,000 t ms (5 to 60 s; pace.c), so it
  *	  takes at most 0.1% of the relay's time until it takes 60 ms, and
- *	  runs once a minute when slower.  If no relay
- *	  runs at all, nobody logs: outbox.health() reports that case, and it
- *	  is what to alert on.
+ *	  runs once a minute when slower.  If no relay runs at all, nobody
+ *	  logs: outbox.health() reports that case, and it is what to alert on.
  *	- "Pending age" counts from the event's creation, but an event that
  *	  was never attempted and is scheduled for later (emit(..., not_before))
  *	  does not count before it is due; the SQL views use the same rule.

@@ -884,15 +884,15 @@ DUE_WITHOUT_LOG_SQL
 static SPIPlanPtr due_destinations_plan = NULL;
 
 /*
- * The light sweep, without the log: its first half above (DUE_WITHOUT_LOG_SQL).
- * Retries due and batches whose lease ran out are looked for in those two
- * tables as a whole (the retries are few; the batches about one per
- * destination once trimmed), not through each destination's newest batch
- * as the log is, which also left out the retries of a destination that
- * never had a batch.  And the destinations without a stream row (none,
- * but for rows written with the triggers off).  A batch's
- * acknowledgement is looked up by its key (a subplan), for the reason
- * retention.c gives for the trim.
+ * The light sweep, without the log: the first half of the statement above
+ * (DUE_WITHOUT_LOG_SQL).  Retries due and batches whose lease ran out are
+ * looked for in those two tables as a whole (the retries are few; the
+ * batches about one per destination once trimmed), not through each
+ * destination's newest batch as the log is, which also left out the
+ * retries of a destination that never had a batch.  And the destinations
+ * without a stream row (none, but for rows written with the triggers
+ * off).  A batch's acknowledgement is looked up by its key (a subplan),
+ * for the reason retention.c gives for the trim.
  */
 static const char *due_light_sql = DUE_WITHOUT_LOG_SQL;
 
