@@ -43,10 +43,11 @@
  *	  (validation, the kind's load, a subtransaction; measured with 1,000),
  *	  so a reload at every short poll, or every lease step under load,
  *	  would bring back what the cache saves; 10 s keeps it small, and the
- *	  factor keeps it under 0.25 % of a core per relay with tens of
+ *	  factor keeps it under 0.1 % of a core per relay with tens of
  *	  thousands of destinations (a load that takes 0.5 s is redone after
- *	  200 s; with 100 it was 1 % per relay, the largest part of what two
- *	  idle relays spent with 10,000 destinations).
+ *	  500 s; with 100 it was 1 % per relay, the largest part of what two
+ *	  idle relays spent with 10,000 destinations, and with 400 a fifth of
+ *	  it still).
  *	- Build: leased events become OutboxMessages.  A message the kind
  *	  rejects (can never be sent) is decided dead before sending and
  *	  completes without a request.  The others go to build_request in
@@ -110,11 +111,13 @@
 #define RETRY_AFTER_MAX_MS		3600000
 #define UNUSABLE_LOG_INTERVAL_MS	60000
 #define CONFIG_RELOAD_MIN_MS	10000	/* the safety net's floor (see above) */
-#define CONFIG_RELOAD_FACTOR	400 /* ... and its cost's ceiling: 0.25 % */
+#define CONFIG_RELOAD_FACTOR	1000	/* ... and its cost's ceiling: 0.1 % */
 #define CLAIM_GATHER_MS			2	/* see DeliveryLease() */
 #define SWEEP_COST_FACTOR		200 /* the periodic sweep: 0.5 % of a core */
 #define SWEEP_MAX_MS			60000	/* ... but at least once a minute */
 #define SWEEP_GRACE_MS			5000	/* the first worker's, overdue by this */
+#define SWEEP_EXPIRED_MARGIN_MS	10000	/* batches: expired since the last, less */
+#define SWEEP_ALL_BATCHES_MS	600000	/* ... but all of them this often */
 #define RECORD_DELAY_NATIVE_MS	10	/* a native client's queue was full */
 
 /* Per-destination state that outlives a cycle; hash entry keyed by name. */
@@ -317,6 +320,8 @@ static uint64 sweep_prepared_generation = 0;
 static bool sweep_on_reload = true; /* the next load is followed by one */
 static bool sweep_prepared = false; /* prepared transactions at the last one */
 static uint64 sweep_wake_generation = 0;
+static TimestampTz sweep_expired_since = DT_NOBEGIN;
+static TimestampTz sweep_all_batches_at = 0;
 
 /*
  * The last pass (DeliveryLease): the emitted generation it saw, and
@@ -1616,6 +1621,7 @@ delivery_sweep(TimestampTz now)
 	uint64		n;
 	bool		full;
 	bool		prepared_now;
+	TimestampTz expired_since;
 
 	if (sweep_recovery_at > 0 && now < sweep_recovery_at)
 		relay_lease_again_by(sweep_recovery_at);
@@ -1641,7 +1647,26 @@ delivery_sweep(TimestampTz now)
 			 sweep_prepared);
 	sweep_prepared_generation = prepared;
 	sweep_prepared = prepared_now;
-	n = OutboxStoreDueDestinations(full);
+
+	/*
+	 * The batches whose lease ran out: those that expired since 10 s
+	 * before this worker's last sweep, not all of them (each costs a probe
+	 * of batch_acks, and there is one per destination that ever had
+	 * events).  A batch that expired earlier was there for the last sweep
+	 * to see, unless the transaction that leased it ran for longer than
+	 * its lease and the margin together; all of them are looked at by a
+	 * full sweep, and every SWEEP_ALL_BATCHES_MS.
+	 */
+	if (full || now >= sweep_all_batches_at)
+		expired_since = DT_NOBEGIN;
+	else
+		expired_since = sweep_expired_since;
+	n = OutboxStoreDueDestinations(full, expired_since);
+	sweep_expired_since = TimestampTzPlusMilliseconds(now,
+													  -SWEEP_EXPIRED_MARGIN_MS);
+	if (TIMESTAMP_IS_NOBEGIN(expired_since))
+		sweep_all_batches_at = TimestampTzPlusMilliseconds(now,
+														   SWEEP_ALL_BATCHES_MS);
 	for (uint64 i = 0; i < n; i++)
 	{
 		char	   *name = SPI_getvalue(SPI_tuptable->vals[i],
@@ -1860,13 +1885,16 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 /*
  * Free the events that wait on their destinations' lists (a failed
  * cycle): their batches are left to the recovery, their retries rows to
- * their lease's end.
+ * their lease's end.  The next sweep looks at every batch whose lease ran
+ * out: what the failed cycle's sweep found was not claimed.
  */
 void
 DeliveryDropWaiting(void)
 {
 	HASH_SEQ_STATUS status;
 	RelayDestination *rd;
+
+	sweep_expired_since = DT_NOBEGIN;
 
 	hash_seq_init(&status, destinations);
 	while ((rd = hash_seq_search(&status)) != NULL)

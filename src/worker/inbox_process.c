@@ -157,6 +157,7 @@ static int	warned_retention = -1;
 static WorkerErrorThrottle inbox_errors;
 static const char *inbox_doing = "";	/* for the context of an error */
 
+static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr lease_plan = NULL;
 static SPIPlanPtr fetch_plan = NULL;
 static SPIPlanPtr processed_plan = NULL;
@@ -183,6 +184,12 @@ inbox_prepare_plans(void)
 	Oid			expire_messages_types[2] = {INTERVALOID, INT4OID};
 	Oid			expire_claims_types[1] = {INT4OID};
 
+	WorkerKeepPlan(&due_plan,
+				   "SELECT 1 FROM inbox.messages AS m"
+				   " WHERE m.status OPERATOR(pg_catalog.=) 'pending'"
+				   "   AND m.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+				   " LIMIT 1",
+				   0, NULL);
 	WorkerKeepPlan(&lease_plan,
 				   "SELECT l.id, l.attempts FROM inbox._lease($1, $2) AS l",
 				   2, lease_types);
@@ -387,6 +394,19 @@ inbox_lease(Datum **ids, Datum **attempts)
 	inbox_doing = "leasing inbox messages";
 	if (!WorkerStepBegin(&inbox_step, NULL, NULL))
 		return 0;
+
+	/*
+	 * A probe of the pending index first: inbox._lease() is an SQL
+	 * function, parsed and planned at every call, and most looks (one per
+	 * poll and worker) find nothing.
+	 */
+	if (SPI_execute_plan(due_plan, NULL, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look for due inbox messages");
+	if (SPI_processed == 0)
+	{
+		WorkerStepCommit();
+		return 0;
+	}
 	lease = palloc0(sizeof(Interval));
 	lease->time = (int64) outbox_lease_margin * 1000;
 	args[0] = Int32GetDatum(INBOX_BATCH);

@@ -847,25 +847,27 @@ OutboxStoreClaimRecover(Interval *lease, const char *destination, int64 low_seq)
  * finds their work).
  */
 #define DUE_WITHOUT_LOG_SQL \
-"SELECT d.name FROM outbox.destinations AS d" \
-" WHERE NOT EXISTS (SELECT 1 FROM outbox.streams AS s" \
-"                    WHERE s.destination OPERATOR(pg_catalog.=) d.name)" \
-"UNION " \
-"SELECT d.name FROM outbox.destinations AS d" \
-" WHERE NOT d.paused" \
-"   AND d.name IN (SELECT r.destination FROM outbox.retries AS r" \
-"                   WHERE r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()" \
-"                     AND (r.leased_until IS NULL" \
-"                          OR r.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())" \
-"                  UNION ALL " \
-"                  SELECT b.destination FROM outbox.batches AS b" \
-"                   WHERE b.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()" \
-"                     AND (SELECT true FROM outbox.batch_acks AS k" \
-"                           WHERE k.destination OPERATOR(pg_catalog.=) b.destination" \
-"                             AND k.seq OPERATOR(pg_catalog.=) b.seq) IS NULL)"
+"SELECT DISTINCT x.destination" \
+"  FROM (SELECT r.destination FROM outbox.retries AS r" \
+"         WHERE r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()" \
+"           AND (r.leased_until IS NULL" \
+"                OR r.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())" \
+"        UNION ALL " \
+"        SELECT b.destination FROM outbox.batches AS b" \
+"         WHERE b.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()" \
+"           AND b.leased_until OPERATOR(pg_catalog.>) $1" \
+"           AND (SELECT true FROM outbox.batch_acks AS k" \
+"                 WHERE k.destination OPERATOR(pg_catalog.=) b.destination" \
+"                   AND k.seq OPERATOR(pg_catalog.=) b.seq) IS NULL) AS x" \
+" WHERE NOT (SELECT d.paused FROM outbox.destinations AS d" \
+"             WHERE d.name OPERATOR(pg_catalog.=) x.destination)"
 
 static const char *due_destinations_sql =
 DUE_WITHOUT_LOG_SQL
+" UNION "
+"SELECT d.name FROM outbox.destinations AS d"
+" WHERE NOT EXISTS (SELECT 1 FROM outbox.streams AS s"
+"                    WHERE s.destination OPERATOR(pg_catalog.=) d.name)"
 " UNION "
 "SELECT s.destination FROM outbox.streams AS s"
 " JOIN outbox.destinations AS d ON d.name OPERATOR(pg_catalog.=) s.destination"
@@ -889,10 +891,16 @@ static SPIPlanPtr due_destinations_plan = NULL;
  * looked for in those two tables as a whole (the retries are few; the
  * batches about one per destination once trimmed), not through each
  * destination's newest batch as the log is, which also left out the
- * retries of a destination that never had a batch.  And the destinations
- * without a stream row (none, but for rows written with the triggers
- * off).  A batch's acknowledgement is looked up by its key (a subplan),
- * for the reason retention.c gives for the trim.
+ * retries of a destination that never had a batch.  A batch's
+ * acknowledgement is looked up by its key (a subplan), for the reason
+ * retention.c gives for the trim; only for the batches whose lease ran
+ * out after $1, so that the periodic sweep probes the batches that expired
+ * since its last look, not one per destination that exists (delivery.c).
+ * Whether the destination is paused is looked up for what was found (a
+ * join let the planner scan every destination first).
+ * The destinations without a stream row (rows written with the triggers
+ * off) are the full statement's: a load of the destinations that finds
+ * one new runs it.
  */
 static const char *due_light_sql = DUE_WITHOUT_LOG_SQL;
 
@@ -945,19 +953,23 @@ OutboxStoreBatchLease(const char *destination, int64 seq, Interval *lease,
  * The names of the destinations with due work, left in SPI_tuptable
  * (one text column); returns their number.  Without with_log, events of
  * the log past a destination's position are not looked for (the costly
- * half: every commit of emit() announces its own, see delivery.c); retries
- * due, batches whose lease ran out and destinations never claimed are.
+ * half: every commit of emit() announces its own, see delivery.c), nor
+ * destinations without a stream row; retries due are, and batches whose
+ * lease ran out after expired_since (DT_NOBEGIN: all of them).
  */
 uint64
-OutboxStoreDueDestinations(bool with_log)
+OutboxStoreDueDestinations(bool with_log, TimestampTz expired_since)
 {
+	Oid			types[1] = {TIMESTAMPTZOID};
+	Datum		args[1] = {TimestampTzGetDatum(expired_since)};
+
 	if (!with_log)
 		return store_execute(WorkerKeepPlan(&due_light_plan, due_light_sql,
-											0, NULL),
-							 NULL, NULL, SPI_OK_SELECT);
+											1, types),
+							 args, NULL, SPI_OK_SELECT);
 	return store_execute(WorkerKeepPlan(&due_destinations_plan,
-										due_destinations_sql, 0, NULL),
-						 NULL, NULL, SPI_OK_SELECT);
+										due_destinations_sql, 1, types),
+						 args, NULL, SPI_OK_SELECT);
 }
 
 static const char *prepared_sql =

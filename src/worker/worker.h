@@ -108,7 +108,8 @@ extern uint64 OutboxStoreClaim(int batch_size, Interval *lease,
 extern uint64 OutboxStoreClaimNext(int batch_size, Interval *lease,
 								   const char *destination, bool serial,
 								   bool *more);
-extern uint64 OutboxStoreDueDestinations(bool with_log);
+extern uint64 OutboxStoreDueDestinations(bool with_log,
+											 TimestampTz expired_since);
 extern bool OutboxStorePreparedTransactions(void);
 extern bool OutboxStoreClaimSpill(int batch_size, const char *destination);
 extern bool OutboxStoreBatchLease(const char *destination, int64 seq,
