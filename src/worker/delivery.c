@@ -113,6 +113,7 @@
 #define CONFIG_RELOAD_MIN_MS	10000	/* the safety net's floor (see above) */
 #define CONFIG_RELOAD_FACTOR	1000	/* ... and its cost's ceiling: 0.1 % */
 #define CLAIM_GATHER_MS			2	/* see DeliveryLease() */
+#define CLAIM_LOCKED_MS			5	/* another relay claimed: again after */
 #define SWEEP_COST_FACTOR		200 /* the periodic sweep: 0.5 % of a core */
 #define SWEEP_MAX_MS			60000	/* ... but at least once a minute */
 #define SWEEP_GRACE_MS			5000	/* the first worker's, overdue by this */
@@ -146,6 +147,8 @@ typedef struct RelayDestination
 	bool		due;			/* the sweep found due work */
 	TimestampTz retry_due;		/* the earliest retry this relay wrote; 0: none */
 	TimestampTz claimed_at;		/* its last claim of new events */
+	int			locked_out;		/* claims in a row that found its stream
+								 * locked by another relay */
 
 	DestStats  *stats;			/* ops: statistics and the circuit (deststats.c) */
 	bool		configured;		/* in the cache: loaded by the last load */
@@ -1730,6 +1733,7 @@ delivery_lease_one(LoadedDestination *d, TimestampTz now, Interval *lease,
 	uint64		n;
 	uint64		m = 0;
 	bool		more = false;
+	bool		locked_out = false;
 	bool		held_back = false;
 
 	/* a retry of its own to come: the relay wakes for it, not at a poll */
@@ -1782,7 +1786,8 @@ delivery_lease_one(LoadedDestination *d, TimestampTz now, Interval *lease,
 		if (recover)
 			m = OutboxStoreClaimRecover(lease, d->name, 0);
 		if (m == 0)
-			m = OutboxStoreClaimNext(rest, lease, d->name, d->ordered, &more);
+			m = OutboxStoreClaimNext(rest, lease, d->name, d->ordered, &more,
+									 &locked_out);
 		if (m > 0)
 			delivery_queue_rows(d, rd, probe && n == 0,
 								delivery_new_batch(rd, m), m);
@@ -1814,13 +1819,32 @@ delivery_lease_one(LoadedDestination *d, TimestampTz now, Interval *lease,
 		 * acknowledgement, whose record step leases again.  Taken for seen,
 		 * an event committed while the batch was out waited for a sweep
 		 * that reads the log.
+		 *
+		 * Nor was one whose stream another relay held: that relay's claim
+		 * may stop short of what this one was told of.  Taken for drained,
+		 * a second relay sharing a backlog with the first stopped at the
+		 * first such claim, for good (nothing more was emitted), and the
+		 * first held the destination's whole concurrency.  Claimed again
+		 * after CLAIM_LOCKED_MS, doubled while it stays locked, at most a
+		 * poll interval.
 		 */
-		if (!held_back)
+		if (locked_out && m == 0)
+		{
+			int			shift = Min(rd->locked_out++, 16);
+
+			relay_lease_again_by(TimestampTzPlusMilliseconds(now,
+															 Min((int64) CLAIM_LOCKED_MS << shift,
+																 (int64) outbox_poll_interval)));
+			rd->busy = true;
+		}
+		else if (!held_back)
 		{
 			rd->due = false;
 			rd->seen_generation = generation;
 		}
 	}
+	if (m > 0 || !locked_out)
+		rd->locked_out = 0;
 
 	/* slots granted and not used: the others may have them */
 	if (!rd->busy || probe)

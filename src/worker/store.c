@@ -504,6 +504,12 @@ static bool store_last_claimed = false;
  */
 static bool store_last_cut = false;
 
+/*
+ * Whether the last store_claim() found the destination's stream locked:
+ * another relay is claiming it now, so what it has is not known.
+ */
+static bool store_last_locked_out = false;
+
 static uint64 store_claim(int batch_size, Interval *lease,
 						  const char *destination, bool serial, bool spill);
 static SPIPlanPtr claim_serial_plan = NULL;
@@ -630,15 +636,18 @@ OutboxStoreClaim(int batch_size, Interval *lease, const char *destination)
 
 /*
  * OutboxStoreClaim for the relay: *more is set when the destination has
- * more events than this claim took (claim it again at once).
+ * more events than this claim took (claim it again at once), *locked_out
+ * when another relay held its stream (claim it again soon: it may have
+ * events this relay has not seen).
  */
 uint64
 OutboxStoreClaimNext(int batch_size, Interval *lease, const char *destination,
-					 bool serial, bool *more)
+					 bool serial, bool *more, bool *locked_out)
 {
 	uint64		n = store_claim(batch_size, lease, destination, serial, false);
 
 	*more = store_last_cut;
+	*locked_out = store_last_locked_out;
 	return n;
 }
 
@@ -683,6 +692,7 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 	Assert(batch_size > 0);
 	store_last_claimed = false;
 	store_last_cut = false;
+	store_last_locked_out = false;
 
 	/*
 	 * The position must be read with a snapshot taken after the stream's
@@ -703,6 +713,7 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 		 * replica, as logical replication applies rows), so it never got
 		 * one.  Make it then, positioned before every event, and lock it.
 		 */
+		store_last_locked_out = true;
 		if (known->locked_at != 0 &&
 			!TimestampDifferenceExceeds(known->locked_at, GetCurrentTimestamp(),
 										STREAM_KNOWN_MS))
@@ -714,6 +725,7 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 										 lock_types),
 						  args, NULL, SPI_OK_SELECT) == 0)
 			return 0;
+		store_last_locked_out = false;
 	}
 	known->locked_at = GetCurrentTimestamp();
 	if (serial &&

@@ -107,7 +107,7 @@ extern uint64 OutboxStoreClaim(int batch_size, Interval *lease,
 							   const char *destination);
 extern uint64 OutboxStoreClaimNext(int batch_size, Interval *lease,
 								   const char *destination, bool serial,
-								   bool *more);
+								   bool *more, bool *locked_out);
 extern uint64 OutboxStoreDueDestinations(bool with_log,
 											 TimestampTz expired_since);
 extern bool OutboxStorePreparedTransactions(void);

@@ -91,9 +91,12 @@ my @busy = grep { ($after->{$_} // 0) - ($before->{$_} // 0) > 0 } keys %$after;
 is(scalar(@busy), 2, 'c16: both workers delivered ('
 	. join(', ', map { ($after->{$_} // 0) - ($before->{$_} // 0) } sort keys %$after) . ')');
 
-# 2. max_concurrency 200: more than two workers' old 64 connections each
-# (the backlog is there when the destination is resumed: one worker may
-# well take all of it)
+# 2. max_concurrency 200: more than two workers' old 64 connections each,
+# and both workers share the backlog.  It is there when the destination is
+# resumed, so both claim at once and one finds the stream locked by the
+# other: that worker took the destination for drained and stopped for
+# good in about half the runs, the other holding every slot (a 200 ms
+# receiver got 0.5x of max_concurrency / 0.2 s instead of 0.9x).
 $before = $after;
 $node->safe_psql('postgres', q{SELECT outbox.pause('c200')});
 emit_in_transactions('c200', 2000, 10);
@@ -103,9 +106,10 @@ my $c200 = slow_sink_stats($sink)->{names}{c200};
 cmp_ok($c200->{max_in_flight}, '<=', 200, "c200: never more than 200 in flight ($c200->{max_in_flight})");
 cmp_ok($c200->{max_in_flight}, '>', 128, 'c200: more than 2 x 64 in flight: connections follow the concurrency');
 $after = published_by_worker();
-note('c200: published by worker: '
-	. join(', ', map { ($after->{$_} // 0) - ($before->{$_} // 0) } sort keys %$after)
-	. "; the receiver saw at most " . slow_sink_stats($sink)->{max_connections} . ' connections');
+my @shares = map { ($after->{$_} // 0) - ($before->{$_} // 0) } sort keys %$after;
+note('c200: the receiver saw at most ' . slow_sink_stats($sink)->{max_connections} . ' connections');
+is(scalar(grep { $_ >= 500 } @shares), 2,
+	'c200: each worker published a quarter of the backlog or more (' . join(', ', @shares) . ')');
 
 # 3. no head-of-line blocking: the slow destination at its limit (8 at
 # 500 ms: 300 events take 19 s or more), the fast one goes through
