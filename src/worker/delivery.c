@@ -1830,11 +1830,11 @@ delivery_lease_one(LoadedDestination *d, TimestampTz now, Interval *lease,
 		 */
 		if (locked_out && m == 0)
 		{
-			int			shift = Min(rd->locked_out++, 16);
+			int64		delay_ms = Min((int64) CLAIM_LOCKED_MS << rd->locked_out,
+									   (int64) outbox_poll_interval);
 
-			relay_lease_again_by(TimestampTzPlusMilliseconds(now,
-															 Min((int64) CLAIM_LOCKED_MS << shift,
-																 (int64) outbox_poll_interval)));
+			rd->locked_out = Min(rd->locked_out + 1, 16);
+			relay_lease_again_by(TimestampTzPlusMilliseconds(now, delay_ms));
 			rd->busy = true;
 		}
 		else if (!held_back)
