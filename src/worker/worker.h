@@ -109,7 +109,7 @@ extern uint64 OutboxStoreClaimNext(int batch_size, Interval *lease,
 								   const char *destination, bool serial,
 								   bool *more, bool *locked_out);
 extern uint64 OutboxStoreDueDestinations(bool with_log,
-											 TimestampTz expired_since);
+										 TimestampTz expired_since);
 extern bool OutboxStorePreparedTransactions(void);
 extern bool OutboxStoreClaimSpill(int batch_size, const char *destination);
 extern bool OutboxStoreBatchLease(const char *destination, int64 seq,
