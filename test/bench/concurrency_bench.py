@@ -13,8 +13,10 @@ outbox.batch_size and max_concurrency
     1 worker,  batch_size 1000, max_concurrency 1000  (row 4: only with BENCH_ROWS=4)
 
 and, with BENCH_NEIGHBOUR=1, a fast destination (answers at once,
-max_concurrency 64) next to the third row: its events/s alone and next to
-the slow one at its limit.  Each row: a backlog of events (destination
+max_concurrency 64; BENCH_FAST_DELAY_MS, BENCH_FAST_CONCURRENCY and
+BENCH_FAST_EVENTS (5000) change that) next to the third row, answered by a
+receiver process of its own: its events/s alone and next to the slow one
+at its limit, with the machine's CPU and each process's during both.  Each row: a backlog of events (destination
 paused, emitted in transactions of 100, resumed), timed from the resume
 until the receiver has answered every event.  BENCH_EVENTS scales the backlogs (default 1: 1,000, 5,000
 and 20,000 events); BENCH_SETTINGS adds server settings
@@ -43,7 +45,9 @@ SINK = next(p for p in (os.path.join(HERE, "slow_sink.py"), os.path.join(HERE, "
 DELAY = int(os.environ.get("BENCH_DELAY_MS", "200"))
 SCALE = float(os.environ.get("BENCH_EVENTS", "1"))
 NEIGHBOUR = os.environ.get("BENCH_NEIGHBOUR", "") == "1"
-FAST_EVENTS = 5000
+FAST_EVENTS = int(os.environ.get("BENCH_FAST_EVENTS", "5000"))
+FAST_DELAY = int(os.environ.get("BENCH_FAST_DELAY_MS", "0"))
+FAST_CONC = int(os.environ.get("BENCH_FAST_CONCURRENCY", "64"))
 ROWS = [(1, 200, 16, 1000), (1, 200, 200, 5000), (2, 1000, 1000, 20000), (1, 1000, 1000, 20000)]
 WHICH = [int(r) for r in os.environ.get("BENCH_ROWS", "1,2,3").split(",")]
 SETTINGS = os.environ.get("BENCH_SETTINGS", "").replace(";", "\n")
@@ -106,9 +110,9 @@ def distinct_connections(log):
         return None
 
 
-def start_sink(tmp):
+def start_sink(tmp, stats_name="sink.json"):
     port = free_port()
-    stats = os.path.join(tmp, "sink.json")
+    stats = os.path.join(tmp, stats_name)
     proc = subprocess.Popen([sys.executable, SINK, "--port", str(port), "--stats", stats],
                             stdout=subprocess.PIPE)
     proc.stdout.readline()
@@ -123,6 +127,29 @@ def sink_stats(path):
         except (OSError, ValueError):
             time.sleep(0.1)
     return {"names": {}}
+
+
+def machine_jiffies():
+    """(busy, all) jiffies of the whole machine, from /proc/stat."""
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return sum(v) - v[3] - v[4], sum(v)
+
+
+class Phase:
+    """CPU of the machine and of some processes over a stretch of a run."""
+
+    def __init__(self, pids):
+        self.pids = pids
+        self.m0 = machine_jiffies()
+        self.p0 = [cpu_seconds(p) or 0 for p in pids]
+        self.t0 = time.time()
+
+    def end(self):
+        m1 = machine_jiffies()
+        wall = time.time() - self.t0
+        p1 = [cpu_seconds(p) or 0 for p in self.pids]
+        busy = (m1[0] - self.m0[0]) / max(1, m1[1] - self.m0[1]) * os.cpu_count()
+        return busy, [(b - a) / wall for a, b in zip(self.p0, p1)]
 
 
 def emit(cur, dest, n):
@@ -156,6 +183,9 @@ def run_row(workers, batch_size, conc, n, neighbour):
     tmp = tempfile.mkdtemp(prefix="outbox_conc_bench_")
     os.chmod(tmp, 0o777)
     sink, port, stats = start_sink(tmp)
+    # the fast neighbour has a receiver of its own: sharing the slow one's
+    # event loop would measure that loop, not the relay
+    fast_sink, fast_port, fast_stats = start_sink(tmp, "fast.json") if neighbour else (None, port, stats)
     front = None
     slow_url, slow_options, extra = f"http://127.0.0.1:{port}/delay/{DELAY}/slow", "{}", ""
     if HTTP2:
@@ -172,8 +202,8 @@ def run_row(workers, batch_size, conc, n, neighbour):
         cur = conn.cursor()
         cur.execute("CREATE EXTENSION outbox_pg")
         cur.execute("INSERT INTO outbox.destinations (name, url, timeout_ms, max_concurrency, paused, options) VALUES "
-                    "('slow', %s, 60000, %s, true, %s), ('fast', %s, 60000, 64, true, '{}')",
-                    (slow_url, conc, slow_options, f"http://127.0.0.1:{port}/delay/0/fast"))
+                    "('slow', %s, 60000, %s, true, %s), ('fast', %s, 60000, %s, true, '{}')",
+                    (slow_url, conc, slow_options, f"http://127.0.0.1:{fast_port}/delay/{FAST_DELAY}/fast", FAST_CONC))
         while True:
             cur.execute("SELECT count(*) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
             if cur.fetchone()[0] == workers:
@@ -193,7 +223,10 @@ def run_row(workers, batch_size, conc, n, neighbour):
             # the fast one alone, then next to the slow one at its limit
             nf = FAST_EVENTS
             emit(cur, "fast", nf)
-            out["fast_alone"] = nf / resume_and_wait(cur, stats, "fast", nf)
+            pids = relays + [sink.pid, fast_sink.pid]
+            phase = Phase(pids)
+            out["fast_alone"] = nf / resume_and_wait(cur, fast_stats, "fast", nf)
+            out["cpu_alone"] = phase.end()
             cur.execute("UPDATE outbox.destinations SET paused = true WHERE name = 'fast'")
             emit(cur, "fast", nf)
             t0 = time.time()
@@ -201,7 +234,9 @@ def run_row(workers, batch_size, conc, n, neighbour):
             # at its limit, or as close as it gets in 5 s
             wait_for(lambda: sink_stats(stats)["names"].get("slow", {}).get("in_flight", 0) >= conc * 0.9
                      or time.time() > t0 + 5, "the slow destination at its limit")
-            out["fast_next"] = nf / resume_and_wait(cur, stats, "fast", 2 * nf)
+            phase = Phase(pids)
+            out["fast_next"] = nf / resume_and_wait(cur, fast_stats, "fast", 2 * nf)
+            out["cpu_next"] = phase.end()
             out["slow_left"] = n - answered(stats, "slow")
             wait_for(lambda: answered(stats, "slow") >= n, "every answer of slow")
             out["rate"] = n / (time.time() - t0)
@@ -217,6 +252,8 @@ def run_row(workers, batch_size, conc, n, neighbour):
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True)
         sink.kill()
+        if fast_sink:
+            fast_sink.kill()
         if front:
             front.kill()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -240,9 +277,15 @@ def main():
               f"| {r['max_in_flight']} | {r['max_connections']} | {r['cpu']} |", flush=True)
         notes.append(f"row {i + 1}: the relay's limit of open files {r['nofile']}")
         if neighbour:
-            notes.append(f"row {i + 1}: a fast neighbour (max_concurrency 64, answers at once, {FAST_EVENTS} events): "
+            notes.append(f"row {i + 1}: a fast neighbour (max_concurrency {FAST_CONC}, "
+                         f"{f'answers after {FAST_DELAY} ms' if FAST_DELAY else 'answers at once'}, {FAST_EVENTS} events): "
                          f"{r['fast_alone']:.0f} ev/s alone, {r['fast_next']:.0f} ev/s next to the slow one at its limit "
                          f"({r['fast_next'] / r['fast_alone']:.2f}x; the slow one had {r['slow_left']} events to go then)")
+            for what, key in (("alone", "cpu_alone"), ("next to the slow one", "cpu_next")):
+                busy, procs = r[key]
+                notes.append(f"row {i + 1}: CPU while the fast one ran {what}: machine {busy:.2f} of {os.cpu_count()} cores; "
+                             + ", ".join(f"relay {100 * c:.0f}%" for c in procs[:-2])
+                             + f", slow receiver {100 * procs[-2]:.0f}%, fast receiver {100 * procs[-1]:.0f}%")
     print()
     for note in notes:
         print(note)
