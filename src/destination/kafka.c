@@ -644,8 +644,15 @@ kafka_load(const DestinationConfig *config)
 			   psprintf("%d", Max(config->timeout_ms, 100)));
 	kafka_prop(&props, &fp, "log.queue", "true");
 	kafka_prop(&props, &fp, "client.id", "outbox_pg");
-	/* the default linger is short: the relay hands over what it claimed */
-	kafka_prop(&props, &fp, "linger.ms", "5");
+	/*
+	 * No linger by default: the relay hands over a whole claim at once, so
+	 * librdkafka batches it anyway (and what queues behind the requests in
+	 * flight), while a linger adds to every message's time in flight, and
+	 * the relay's window of max_concurrency events makes that its rate.
+	 * Against the mock cluster with max_concurrency 1,000 and two workers,
+	 * 5 ms gave 46,600-55,800 events/s, none 75,900-84,300.
+	 */
+	kafka_prop(&props, &fp, "linger.ms", "0");
 
 	/* the allow-list, as set (validation checked every value) */
 	for (const KafkaProperty *k = kafka_properties; k->option; k++)

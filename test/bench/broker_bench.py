@@ -24,7 +24,8 @@ management API), BENCH_AMQP_EVENTS (50000), BENCH_KAFKA_EVENTS (50000, also
 the drain limit's), BENCH_TXN_EVENTS (100: events per emitting
 transaction; a claim takes whole transactions), BENCH_WORKERS (2),
 BENCH_AMQP_WINDOW (256: the AMQP destination's max_concurrency, its window
-of unconfirmed publishes), BENCH_KINDS (which rows, comma-separated, of
+of unconfirmed publishes), BENCH_KAFKA_OPTIONS (the Kafka destination's
+options, default {"topic": "bench"}), BENCH_KINDS (which rows, comma-separated, of
 webhook, sqs_batch, sqs_single, rabbitmq, amqp, kafka; default all), PG_BIN
 (the PostgreSQL bin directory, default Debian's).
 """
@@ -58,6 +59,7 @@ AMQP_REFERENCE = next(p for p in (os.path.join(HERE, "amqp_reference.c"),
                                   os.path.join(HERE, "..", "bench", "amqp_reference.c"))
                       if os.path.exists(p))
 AMQP_WINDOW = int(os.environ.get("BENCH_AMQP_WINDOW", "256"))
+KAFKA_OPTIONS = os.environ.get("BENCH_KAFKA_OPTIONS", '{"topic": "bench"}')
 ALL_KINDS = ("webhook", "sqs_batch", "sqs_single", "rabbitmq", "amqp", "kafka")
 KINDS = [k for k in os.environ.get("BENCH_KINDS", ",".join(ALL_KINDS)).split(",") if k]
 NODE_PREFIX = "/opt/outbox_pg-test/node"
@@ -253,7 +255,7 @@ INSERT INTO outbox.destinations (name, kind, url, credentials, max_concurrency, 
    '{{"queue_url": "{q}/bench-single", "region": "us-east-1", "batch_size": 1}}'),
   ('rabbitmq', 'rabbitmq', '{rabbit_url}', 'rmq', 32, true, '{{"exchange": "bench"}}'),
   ('amqp', 'amqp', 'amqp://127.0.0.1:{amqp_port}', 'rmq', {AMQP_WINDOW}, true, '{{"exchange": "bench"}}'),
-  ('kafka', 'kafka', 'kafka://{bootstrap}', NULL, 1000, true, '{{"topic": "bench"}}'),
+  ('kafka', 'kafka', 'kafka://{bootstrap}', NULL, 1000, true, '{KAFKA_OPTIONS}'),
   ('drain', 'webhook', 'http://127.0.0.1:{nginx_port}/drain', NULL, 16, true, '{{}}');
 """)
         time.sleep(2)
