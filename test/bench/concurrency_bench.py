@@ -152,6 +152,18 @@ class Phase:
         return busy, [(b - a) / wall for a, b in zip(self.p0, p1)]
 
 
+def receiver_view(stats, name):
+    c = sink_stats(stats)["names"].get(name, {})
+    return c.get("requests", 0), c.get("serve_sum", 0.0), c.get("in_flight_sum", 0), c.get("samples", 0)
+
+
+def receiver_delta(a, b):
+    """What the receiver saw between two receiver_view()s: (its time per
+    request in ms, requests the sender kept in flight on average)."""
+    dr, ds, di, dn = (y - x for x, y in zip(a, b))
+    return (1000 * ds / dr if dr else float("nan")), (di / dn if dn else float("nan"))
+
+
 def emit(cur, dest, n):
     for first in range(0, n, 100):
         cur.execute("SELECT count(outbox.emit('bench.slow', (g %% 1000)::text, '{}', destination => %s)) "
@@ -225,8 +237,10 @@ def run_row(workers, batch_size, conc, n, neighbour):
             emit(cur, "fast", nf)
             pids = relays + [sink.pid, fast_sink.pid]
             phase = Phase(pids)
+            view = receiver_view(fast_stats, "fast")
             out["fast_alone"] = nf / resume_and_wait(cur, fast_stats, "fast", nf)
             out["cpu_alone"] = phase.end()
+            out["seen_alone"] = receiver_delta(view, receiver_view(fast_stats, "fast"))
             cur.execute("UPDATE outbox.destinations SET paused = true WHERE name = 'fast'")
             emit(cur, "fast", nf)
             t0 = time.time()
@@ -235,8 +249,10 @@ def run_row(workers, batch_size, conc, n, neighbour):
             wait_for(lambda: sink_stats(stats)["names"].get("slow", {}).get("in_flight", 0) >= conc * 0.9
                      or time.time() > t0 + 5, "the slow destination at its limit")
             phase = Phase(pids)
+            view = receiver_view(fast_stats, "fast")
             out["fast_next"] = nf / resume_and_wait(cur, fast_stats, "fast", 2 * nf)
             out["cpu_next"] = phase.end()
+            out["seen_next"] = receiver_delta(view, receiver_view(fast_stats, "fast"))
             out["slow_left"] = n - answered(stats, "slow")
             wait_for(lambda: answered(stats, "slow") >= n, "every answer of slow")
             out["rate"] = n / (time.time() - t0)
@@ -286,6 +302,10 @@ def main():
                 notes.append(f"row {i + 1}: CPU while the fast one ran {what}: machine {busy:.2f} of {os.cpu_count()} cores; "
                              + ", ".join(f"relay {100 * c:.0f}%" for c in procs[:-2])
                              + f", slow receiver {100 * procs[-2]:.0f}%, fast receiver {100 * procs[-1]:.0f}%")
+            for what, key in (("alone", "seen_alone"), ("next to the slow one", "seen_next")):
+                ms, kept = r[key]
+                notes.append(f"row {i + 1}: the fast receiver's view {what}: {ms:.1f} ms per request from its head to "
+                             f"its answer; {kept:.1f} requests kept in flight on average (of {FAST_CONC})")
     print()
     for note in notes:
         print(note)

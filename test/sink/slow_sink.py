@@ -11,7 +11,16 @@ Every 0.1 s it writes --stats (a JSON object, replaced atomically):
    "names": {<name>: {"requests": answered, "in_flight": now,
                       "max_in_flight": most at once,
                       "first": time of the first request, "last": of the
-                      last answer (Unix seconds)}}}
+                      last answer (Unix seconds),
+                      "serve_sum": seconds from requests' heads to their
+                      answers, summed over the answered ones,
+                      "in_flight_sum", "samples": in_flight summed over
+                      the 0.1 s reports, and how many there were}}}
+Between two reads, the difference of serve_sum over that of requests is
+how long this receiver took per request (its delay and its own lateness
+under load), and that of in_flight_sum over that of samples is how many
+requests the sender kept in flight: by Little's law their quotient is the
+rate, so a slower rate shows which side it came from.
 A request is in flight from the moment its head has arrived until its
 answer is written.  Thousands of connections are fine (asyncio, one task
 per connection).  Standard library only.
@@ -32,7 +41,8 @@ def counts(name):
     c = NAMES.get(name)
     if c is None:
         c = NAMES[name] = {"requests": 0, "in_flight": 0, "max_in_flight": 0,
-                           "first": time.time(), "last": None}
+                           "first": time.time(), "last": None, "serve_sum": 0.0,
+                           "in_flight_sum": 0, "samples": 0}
     return c
 
 
@@ -42,6 +52,7 @@ async def serve(reader, writer):
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
+            arrived = time.monotonic()
             lines = head.split(b"\r\n")
             parts = lines[0].split(b" ")
             path = parts[1].decode() if len(parts) > 1 else "/"
@@ -65,6 +76,7 @@ async def serve(reader, writer):
             finally:
                 c["in_flight"] -= 1
             c["requests"] += 1
+            c["serve_sum"] += time.monotonic() - arrived
             c["last"] = time.time()
     except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
         pass
@@ -77,6 +89,9 @@ async def report(path):
     tmp = path + ".tmp"
     while True:
         await asyncio.sleep(0.1)
+        for c in NAMES.values():
+            c["in_flight_sum"] += c["in_flight"]
+            c["samples"] += 1
         with open(tmp, "w") as f:
             json.dump(dict(CONN, names=NAMES), f)
         os.replace(tmp, path)
