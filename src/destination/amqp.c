@@ -913,22 +913,21 @@ static bool
 rmq_room(AmqpClient *c, size_t size)
 {
 	int			queued = 0;
+	size_t		need;
 
 	if (ioctl(c->fd, SIOCOUTQ, &queued) != 0)
 		return true;			/* cannot tell: the timeouts still bound it */
 	if (queued == 0)
 		return true;			/* one message goes out whatever its size */
-	if ((size_t) queued + size + 1024 <= (size_t) c->sndbuf / 2)
-		return true;
+	need = (size_t) queued + size + 1024;
+	if (need > (size_t) c->sndbuf / 2)
 	{
-		int			sndbuf = 0;
-		socklen_t	len = sizeof(sndbuf);
+		socklen_t	len = sizeof(c->sndbuf);
 
-		if (getsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0)
+		if (getsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &c->sndbuf, &len) != 0)
 			return true;
-		c->sndbuf = sndbuf;
 	}
-	return (size_t) queued + size + 1024 <= (size_t) c->sndbuf / 2;
+	return need <= (size_t) c->sndbuf / 2;
 }
 
 /* Set or clear TCP_CORK (see the file header); a failure only costs speed. */

@@ -55,9 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 KAFKA_MOCK = next(p for p in (os.path.join(HERE, "kafka_mock.c"), os.path.join(HERE, "..", "sink", "kafka_mock.c"))
                   if os.path.exists(p))
 WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
-AMQP_REFERENCE = next(p for p in (os.path.join(HERE, "amqp_reference.c"),
-                                  os.path.join(HERE, "..", "bench", "amqp_reference.c"))
-                      if os.path.exists(p))
+AMQP_REFERENCE = os.path.join(HERE, "amqp_reference.c")  # beside this script, in the repo or /tmp
 AMQP_WINDOW = int(os.environ.get("BENCH_AMQP_WINDOW", "256"))
 KAFKA_OPTIONS = os.environ.get("BENCH_KAFKA_OPTIONS", '{"topic": "bench"}')
 ALL_KINDS = ("webhook", "sqs_batch", "sqs_single", "rabbitmq", "amqp", "kafka")

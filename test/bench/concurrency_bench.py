@@ -16,10 +16,11 @@ and, with BENCH_NEIGHBOUR=1, a fast destination (answers at once,
 max_concurrency 64; BENCH_FAST_DELAY_MS, BENCH_FAST_CONCURRENCY and
 BENCH_FAST_EVENTS (5000) change that) next to the third row, answered by a
 receiver process of its own: its events/s alone and next to the slow one
-at its limit, with the machine's CPU and each process's during both.  Each row: a backlog of events (destination
-paused, emitted in transactions of 100, resumed), timed from the resume
-until the receiver has answered every event.  BENCH_EVENTS scales the backlogs (default 1: 1,000, 5,000
-and 20,000 events); BENCH_SETTINGS adds server settings
+at its limit, with the machine's CPU and each process's during both.
+Each row: a backlog of events (destination paused, emitted in
+transactions of 100, resumed), timed from the resume until the receiver
+has answered every event.  BENCH_EVENTS scales the backlogs (default 1:
+1,000, 5,000 and 20,000 events); BENCH_SETTINGS adds server settings
 ("a = 1; b = 2").  BENCH_HTTP2=1: the slow destination is reached over
 HTTP/2 with TLS (http_version '2'), through nginx with a throwaway
 certificate in front of the receiver; "connections" is then the relay's
@@ -191,6 +192,16 @@ def resume_and_wait(cur, stats, name, until):
     return time.time() - t0
 
 
+def fast_phase(cur, stats, pids, n, until):
+    """Resume the fast destination until its receiver answered `until` in
+    all: (events/s over its last n, Phase.end() over that time, what its
+    receiver saw: receiver_delta())."""
+    phase = Phase(pids)
+    view = receiver_view(stats, "fast")
+    rate = n / resume_and_wait(cur, stats, "fast", until)
+    return rate, phase.end(), receiver_delta(view, receiver_view(stats, "fast"))
+
+
 def run_row(workers, batch_size, conc, n, neighbour):
     tmp = tempfile.mkdtemp(prefix="outbox_conc_bench_")
     os.chmod(tmp, 0o777)
@@ -227,8 +238,7 @@ def run_row(workers, batch_size, conc, n, neighbour):
         relays = cur.fetchone()[0]
         with open(f"/proc/{relays[0]}/limits") as f:
             out["nofile"] = next(line.split()[3] for line in f if line.startswith("Max open files"))
-        cpu0 = [cpu_seconds(p) or 0 for p in relays] + [cpu_seconds(sink.pid) or 0]
-        t_start = time.time()
+        whole = Phase(relays + [sink.pid])
         if not neighbour:
             out["rate"] = n / resume_and_wait(cur, stats, "slow", n)
         else:
@@ -236,11 +246,7 @@ def run_row(workers, batch_size, conc, n, neighbour):
             nf = FAST_EVENTS
             emit(cur, "fast", nf)
             pids = relays + [sink.pid, fast_sink.pid]
-            phase = Phase(pids)
-            view = receiver_view(fast_stats, "fast")
-            out["fast_alone"] = nf / resume_and_wait(cur, fast_stats, "fast", nf)
-            out["cpu_alone"] = phase.end()
-            out["seen_alone"] = receiver_delta(view, receiver_view(fast_stats, "fast"))
+            out["fast_alone"], out["cpu_alone"], out["seen_alone"] = fast_phase(cur, fast_stats, pids, nf, nf)
             cur.execute("UPDATE outbox.destinations SET paused = true WHERE name = 'fast'")
             emit(cur, "fast", nf)
             t0 = time.time()
@@ -248,18 +254,13 @@ def run_row(workers, batch_size, conc, n, neighbour):
             # at its limit, or as close as it gets in 5 s
             wait_for(lambda: sink_stats(stats)["names"].get("slow", {}).get("in_flight", 0) >= conc * 0.9
                      or time.time() > t0 + 5, "the slow destination at its limit")
-            phase = Phase(pids)
-            view = receiver_view(fast_stats, "fast")
-            out["fast_next"] = nf / resume_and_wait(cur, fast_stats, "fast", 2 * nf)
-            out["cpu_next"] = phase.end()
-            out["seen_next"] = receiver_delta(view, receiver_view(fast_stats, "fast"))
+            out["fast_next"], out["cpu_next"], out["seen_next"] = fast_phase(cur, fast_stats, pids, nf, 2 * nf)
             out["slow_left"] = n - answered(stats, "slow")
             wait_for(lambda: answered(stats, "slow") >= n, "every answer of slow")
             out["rate"] = n / (time.time() - t0)
-        wall = time.time() - t_start
-        cpu1 = [cpu_seconds(p) or 0 for p in relays] + [cpu_seconds(sink.pid) or 0]
-        out["cpu"] = "relays " + " + ".join(f"{100 * (b - a) / wall:.0f}%" for a, b in zip(cpu0[:-1], cpu1[:-1])) + \
-            f", receiver {100 * (cpu1[-1] - cpu0[-1]) / wall:.0f}%"
+        procs = whole.end()[1]
+        out["cpu"] = "relays " + " + ".join(f"{100 * c:.0f}%" for c in procs[:-1]) + \
+            f", receiver {100 * procs[-1]:.0f}%"
         time.sleep(0.3)
         s = sink_stats(stats)
         out["max_in_flight"] = s["names"].get("slow", {}).get("max_in_flight")
