@@ -30,9 +30,12 @@
  * and as CURLMOPT_MAXCONNECTS, the size of the cache of idle connections.
  * The cache counts the connections in use too: one smaller than the
  * requests in flight closes a connection at almost every answer, and
- * keep-alive is lost.  Each connection is a file descriptor of the
- * relay, within the process's limit of open files.  A change of the
- * setting applies at the next request.
+ * keep-alive is lost.  Delivery shares the limit among the destinations
+ * that have work (HttpClientMaxConnections, delivery.c), so that no
+ * request waits for a connection.  Each connection is a file descriptor
+ * of the relay: the soft limit of open files is raised for them
+ * (http_set_limits).  A change of the setting applies at the next
+ * request.
  *
  * HTTP/2: where the receiver offers it in the TLS handshake (ALPN), or
  * over plain http when the destination asks for it (h2c, prior
@@ -66,10 +69,12 @@
 #include <curl/curl.h>
 
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/fd.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
 
@@ -113,6 +118,7 @@ struct HttpClient
 	CURL	   *pool[HTTP_POOL_SIZE];	/* finished handles, for reuse */
 	int			npool;
 	int			max_connections;	/* as last set on multi */
+	int			configured;		/* outbox.max_connections_per_worker then */
 };
 
 static void http_set_limits(HttpClient *client);
@@ -277,15 +283,70 @@ HttpClientCreate(void)
 	return client;
 }
 
-/* Connections open at once and kept idle: see the top of the file. */
+/*
+ * Descriptors the relay needs besides its connections: PostgreSQL's own
+ * (max_safe_fds, fd.c, and the few it keeps in reserve) and some for the
+ * rest (epoll sets, native clients' sockets and pipes).
+ */
+#define HTTP_FD_MARGIN	64
+
+/*
+ * Connections open at once and kept idle: see the top of the file.  Each
+ * is a descriptor, and PostgreSQL counts on max_safe_fds of its own, so
+ * the process's soft limit of open files (often 1,024) is raised toward
+ * its hard limit to make room for the setting.  Where the hard limit does
+ * not allow it, the worker uses what it does allow and says so once per
+ * value of the setting.
+ */
 static void
 http_set_limits(HttpClient *client)
 {
-	client->max_connections = outbox_max_connections_per_worker;
+	struct rlimit rl;
+	int			wanted = outbox_max_connections_per_worker;
+	int			usable = wanted;
+
+	client->configured = wanted;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+	{
+		rlim_t		need = (rlim_t) wanted + max_safe_fds + HTTP_FD_MARGIN;
+
+		if (rl.rlim_cur < need)
+		{
+			rlim_t		old = rl.rlim_cur;
+
+			rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY) ? need : Min(need, rl.rlim_max);
+			if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+				rl.rlim_cur = old;
+		}
+		if (rl.rlim_cur < need)
+		{
+			usable = Max((int) rl.rlim_cur - max_safe_fds - HTTP_FD_MARGIN, 16);
+			usable = Min(usable, wanted);
+			ereport(WARNING,
+					(errmsg("outbox.max_connections_per_worker is %d, but this relay worker can open only %d connections",
+							wanted, usable),
+					 errdetail("Its limit of open files (RLIMIT_NOFILE) is %lu, and PostgreSQL keeps %d of them for itself.",
+							   (unsigned long) rl.rlim_max, max_safe_fds + HTTP_FD_MARGIN),
+					 errhint("Raise the server's open-files limit (LimitNOFILE in its systemd unit, or ulimit -n where it starts) or lower outbox.max_connections_per_worker.")));
+		}
+	}
+	client->max_connections = usable;
 	curl_multi_setopt(client->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
 					  (long) client->max_connections);
 	curl_multi_setopt(client->multi, CURLMOPT_MAXCONNECTS,
 					  (long) client->max_connections);
+}
+
+/*
+ * Connections this worker may have open at once: the setting, or less
+ * where the open-files limit does not allow it (http_set_limits).
+ */
+int
+HttpClientMaxConnections(HttpClient *client)
+{
+	if (client->configured != outbox_max_connections_per_worker)
+		http_set_limits(client);	/* reloaded */
+	return client->max_connections;
 }
 
 int
@@ -444,6 +505,7 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 
 	req->status = 0;
 	req->duration_us = 0;
+	req->multiplexed = false;
 	req->failure = TRANSPORT_OK;
 	req->curl_code = CURLE_OK;
 	req->error[0] = '\0';
@@ -461,7 +523,7 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	req->refused = false;
 	req->egress_refused = false;
 	req->egress_error[0] = '\0';
-	if (client->max_connections != outbox_max_connections_per_worker)
+	if (client->configured != outbox_max_connections_per_worker)
 		http_set_limits(client);	/* reloaded */
 	if (!EgressCheckUrl(outbox_allowed_hosts_list, req->url, &req->egress_by_name,
 						req->error, sizeof(req->error)))
@@ -567,8 +629,12 @@ http_collect(HttpClient *client)
 		{
 			curl_off_t	total_us = 0;
 
+			long		version = 0;
+
 			curl_easy_getinfo(easy, CURLINFO_TOTAL_TIME_T, &total_us);
 			req->duration_us = (int64) total_us;
+			curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version);
+			req->multiplexed = (version >= CURL_HTTP_VERSION_2_0);
 		}
 		if (req->egress_refused && req->status == 0 &&
 			req->curl_code == CURLE_COULDNT_CONNECT)

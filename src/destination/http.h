@@ -83,6 +83,7 @@ typedef struct HttpRequest
 	int			retry_after_secs;	/* -1 if absent */
 	bool		response_too_large;
 	int64		duration_us;	/* total time of the request */
+	bool		multiplexed;	/* answered over HTTP/2 */
 	size_t		response_total;
 	size_t		response_len;
 	char		response[OUTBOX_RESPONSE_PREFIX_LEN];	/* start of the body */
@@ -92,11 +93,18 @@ typedef struct HttpRequest
 
 typedef struct HttpClient HttpClient;
 
+/*
+ * Requests one HTTP/2 connection carries at once: libcurl's default for
+ * CURLMOPT_MAX_CONCURRENT_STREAMS (a receiver may allow fewer).
+ */
+#define HTTP_STREAMS_PER_CONNECTION	100
+
 extern HttpClient *HttpClientCreate(void);
 extern void HttpClientStart(HttpClient *client, HttpRequest *req);
 extern HttpRequest *HttpClientWait(HttpClient *client, long timeout_ms,
 								   bool *latch_set);
 extern int	HttpClientRunning(HttpClient *client);
+extern int	HttpClientMaxConnections(HttpClient *client);
 extern void HttpRequestAddHeader(HttpRequest *req, const char *line);
 extern void HttpClientSkip(HttpClient *client, HttpRequest *req);
 extern bool HttpClientWatch(HttpClient *client, pgsocket fd, uint32 events);

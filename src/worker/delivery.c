@@ -149,6 +149,10 @@ typedef struct RelayDestination
 	TimestampTz claimed_at;		/* its last claim of new events */
 	int			locked_out;		/* claims in a row that found its stream
 								 * locked by another relay */
+	/* its share of the worker's connections (delivery_connection_room) */
+	bool		http;			/* its kind sends through the HTTP client */
+	bool		multiplexed;	/* its last answer came over HTTP/2 */
+	int			conn_reserve;	/* connections kept for it at the last pass */
 
 	DestStats  *stats;			/* ops: statistics and the circuit (deststats.c) */
 	bool		configured;		/* in the cache: loaded by the last load */
@@ -698,6 +702,7 @@ delivery_refresh_state(LoadedDestination *d)
 	rd->loaded = true;
 	rd->paused = d->paused;
 	rd->max_concurrency = d->max_concurrency;
+	rd->http = (d->routine->start == NULL);
 	rd->circuit_threshold = d->circuit_threshold;
 	rd->timeout_ms = d->timeout_ms;
 	rd->unusable_logged_at = 0;
@@ -923,6 +928,75 @@ delivery_unanswered(RelayDestination *rd)
 }
 
 /*
+ * The worker's connections (outbox.max_connections_per_worker, http.c),
+ * shared by its HTTP destinations that have work.  Over HTTP/1.1 every
+ * request in flight holds a connection, and a request started when all
+ * are busy waits inside curl for one, behind every other such request and
+ * its timeout running.  A destination whose share of its concurrency in
+ * this worker came close to the limit (a slow receiver: 500 requests in
+ * flight, each on its own connection, under 512) left the others a few
+ * connections, and their requests queued behind its (a fast neighbour
+ * kept 0.79x of its rate alone).
+ *
+ * So each pass keeps for every HTTP destination with work the connections
+ * it needs at its concurrency, at most an equal share of the limit, and a
+ * destination leases no more requests than the connections the others'
+ * reserves leave it (at least one).  What a destination needs is its
+ * concurrency while its claims come back full, else what it has in
+ * flight; over HTTP/2 a connection carries HTTP_STREAMS_PER_CONNECTION
+ * requests.  The reserves are the last pass's, so a destination that
+ * starts to have work takes its share within two passes, as the other's
+ * requests finish.
+ */
+static int	conn_destinations = 0;	/* with work at the last pass */
+static int	conn_reserved = 0;	/* their reserves at the last pass */
+static int	conn_destinations_next = 0; /* ... at this pass, so far */
+static int	conn_reserved_next = 0;
+
+/* Connections n requests of this destination hold at once. */
+static inline int
+delivery_connections_for(RelayDestination *rd, int n)
+{
+	if (rd->multiplexed)
+		return (n + HTTP_STREAMS_PER_CONNECTION - 1) / HTTP_STREAMS_PER_CONNECTION;
+	return n;
+}
+
+/* Requests of this destination in flight at most, given the others. */
+static int
+delivery_connection_room(RelayDestination *rd)
+{
+	int			room;
+
+	if (!rd->http)
+		return INT_MAX;
+	room = Max(HttpClientMaxConnections(relay_http) -
+			   (conn_reserved - rd->conn_reserve), 1);
+	if (rd->multiplexed)
+		return (room > INT_MAX / HTTP_STREAMS_PER_CONNECTION) ? INT_MAX :
+			room * HTTP_STREAMS_PER_CONNECTION;
+	return room;
+}
+
+/* After a destination's turn in a pass: its reserve for the next. */
+static void
+delivery_connection_reserve(RelayDestination *rd, bool business)
+{
+	int			fair;
+	int			need;
+
+	rd->conn_reserve = 0;
+	if (!rd->http || !business)
+		return;
+	fair = Max(HttpClientMaxConnections(relay_http) / Max(conn_destinations, 1), 1);
+	need = delivery_connections_for(rd, rd->busy ? rd->max_concurrency :
+									delivery_unanswered(rd));
+	rd->conn_reserve = Min(need, fair);
+	conn_reserved_next += rd->conn_reserve;
+	conn_destinations_next++;
+}
+
+/*
  * How many events of this destination may be leased now; *probe is set
  * when the one event to lease is the circuit's probe.  The slots of the
  * destination's concurrency are shared by the relays of the database
@@ -940,8 +1014,9 @@ relay_capacity(RelayDestination *rd, TimestampTz now, bool *probe)
 	adm.in_use = rd->sending;
 	adm.want = 0;
 	if (!rd->paused)
-		adm.want = Max(Min(rd->max_concurrency - alive,
-						   outbox_batch_size - DeliveryInFlight()), 0);
+		adm.want = Max(Min(Min(rd->max_concurrency - alive,
+							   outbox_batch_size - DeliveryInFlight()),
+						   delivery_connection_room(rd) - alive), 0);
 
 	/*
 	 * Lease in chunks of at least a quarter of the destination's
@@ -1356,6 +1431,8 @@ DeliveryCompleted(List *pending, HttpRequest *req)
 	RelayEvent *ev = relay_event_of(req);
 	ListCell   *lc;
 
+	if (req->status != 0)
+		ev->dest->multiplexed = req->multiplexed;
 	if (ev->carried == NIL)
 	{
 		delivery_answered(ev);
@@ -1899,9 +1976,17 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 	{
 		LoadedDestination *d = lfirst(lc);
 
+		bool		has;
+
 		delivery_lease_one(d, now, lease, drained, leased);
-		business |= delivery_has_business(d->dest);
+		has = delivery_has_business(d->dest);
+		delivery_connection_reserve(d->dest, has);
+		business |= has;
 	}
+	conn_destinations = conn_destinations_next;
+	conn_reserved = conn_reserved_next;
+	conn_destinations_next = 0;
+	conn_reserved_next = 0;
 	pass_emitted_generation = emitted;
 	pass_business = business;
 }

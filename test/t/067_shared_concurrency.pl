@@ -8,7 +8,12 @@
 #     follow the concurrency;
 #   - a slow destination (500 ms) at its limit does not hold up a fast one
 #     of the same workers: every fast event is answered while the slow
-#     destination still has most of its events to go.
+#     destination still has most of its events to go;
+#   - the worker's connections (outbox.max_connections_per_worker) are
+#     shared by its destinations: a slow one with a concurrency far above
+#     them leases no more than it can connect (none of its requests times
+#     out waiting inside curl for a connection), and leaves its share to
+#     a neighbour.
 # Events are emitted in many small transactions, so both workers claim.
 # Assertions are on bounds, with generous deadlines, never on timings.
 use strict;
@@ -126,6 +131,35 @@ cmp_ok($slow->{max_in_flight}, '<=', 8, "slow: never more than 8 in flight ($slo
 ok($node->poll_query_until('postgres', q{
 	SELECT count(*) = 3300 FROM outbox.events WHERE status = 'published'}),
 	'every event is published');
+
+# 4. 24 connections per worker, a destination with a concurrency of 200
+# at 2 s and a timeout of 3.5 s: each worker used to lease up to 100 of
+# its events, 24 connected and the rest waiting in curl, where they timed
+# out and were sent again.  Now it leases what the worker can connect,
+# and 16 of the 24 once the neighbour has work.
+$node->append_conf('postgresql.conf', 'outbox.max_connections_per_worker = 24');
+$node->reload;
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, url, timeout_ms, max_concurrency) VALUES
+		('hog', '$u/delay/2000/hog', 3500, 200),
+		('neighbour', '$u/delay/0/neighbour', 60000, 8);
+});
+emit_in_transactions('hog', 240, 10, 25);
+ok(wait_until(sub { (slow_sink_stats($sink)->{names}{hog}{in_flight} // 0) >= 30 }, 120),
+	'hog: both workers sending');
+emit_in_transactions('neighbour', 100, 10);
+ok(wait_until(sub { answered('neighbour') >= 100 }, 300), 'neighbour: 100 events answered');
+my $hog_done = answered('hog');
+cmp_ok($hog_done, '<', 240, "neighbour: done while the hog still had events to go ($hog_done of 240 answered)");
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 240 FROM outbox.events WHERE destination = 'hog' AND status = 'published'}),
+	'hog: 240 events published');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM outbox.events WHERE destination = 'hog' AND attempts > 1}),
+	'0', 'hog: every event published at its first attempt');
+my $hog = slow_sink_stats($sink)->{names}{hog};
+is($hog->{requests}, 240, 'hog: the receiver answered 240 requests, none sent twice');
+cmp_ok($hog->{max_in_flight}, '<=', 48, "hog: at most 2 x 24 in flight ($hog->{max_in_flight})");
 
 $node->stop;
 stop_sink($sink);
