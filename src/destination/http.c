@@ -325,7 +325,7 @@ http_set_limits(HttpClient *client)
 			ereport(WARNING,
 					(errmsg("outbox.max_connections_per_worker is %d, but this relay worker can open only %d connections",
 							wanted, usable),
-					 errdetail("Its limit of open files (RLIMIT_NOFILE) is %lu, and PostgreSQL keeps %d of them for itself.",
+					 errdetail("Its hard limit of open files (RLIMIT_NOFILE) is %lu, and %d of them are kept for PostgreSQL's own files and the worker's other descriptors.",
 							   (unsigned long) rl.rlim_max, max_safe_fds + HTTP_FD_MARGIN),
 					 errhint("Raise the server's open-files limit (LimitNOFILE in its systemd unit, or ulimit -n where it starts) or lower outbox.max_connections_per_worker.")));
 		}

@@ -13,7 +13,10 @@
 #     shared by its destinations: a slow one with a concurrency far above
 #     them leases no more than it can connect (none of its requests times
 #     out waiting inside curl for a connection), and leaves its share to
-#     a neighbour.
+#     a neighbour;
+#   - each connection is a file descriptor: the relay raises its soft
+#     limit of open files to fit the setting, and where the hard limit is
+#     too low it says so in a WARNING and still delivers.
 # Events are emitted in many small transactions, so both workers claim.
 # Assertions are on bounds, with generous deadlines, never on timings.
 use strict;
@@ -160,6 +163,53 @@ is($node->safe_psql('postgres', q{
 my $hog = slow_sink_stats($sink)->{names}{hog};
 is($hog->{requests}, 240, 'hog: the receiver answered 240 requests, none sent twice');
 cmp_ok($hog->{max_in_flight}, '<=', 48, "hog: at most 2 x 24 in flight ($hog->{max_in_flight})");
+
+# 5. open files: 3,000 connections need more than the usual soft limit of
+# 1,024 (and PostgreSQL's max_files_per_process of its own)
+sub open_files_limits
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/limits") or die "cannot read /proc/$pid/limits: $!";
+	my ($soft, $hard) = map { /^Max open files\s+(\S+)\s+(\S+)/ ? ($1, $2) : () } <$fh>;
+	close($fh);
+	return ($soft, $hard);
+}
+$node->append_conf('postgresql.conf', 'outbox.max_connections_per_worker = 3000');
+$node->reload;
+$node->safe_psql('postgres', q{SELECT outbox.emit('conc.neighbour', 'x', '{}', destination => 'neighbour')});
+ok(wait_until(sub { answered('neighbour') >= 101 }, 60), 'limits: an event sent after the reload');
+my ($relay) = relay_pids($node, 'postgres');
+my ($soft, $hard) = open_files_limits($relay);
+my $max_safe = $node->safe_psql('postgres', 'SHOW max_files_per_process');
+SKIP:
+{
+	skip "the hard limit of open files ($hard) is below what 3,000 connections need", 1
+	  if $hard ne 'unlimited' && $hard < 3000 + $max_safe + 64;
+	cmp_ok($soft, '>=', 3000, "limits: the relay raised its soft limit of open files ($soft, hard $hard)");
+}
+
+# ... and with a hard limit of 1,100 the relays restarted under it use
+# fewer connections, say so, and deliver
+my $pm_pid = (split /\n/, PostgreSQL::Test::Utils::slurp_file($node->data_dir . '/postmaster.pid'))[0];
+system('prlimit', "--pid=$pm_pid", '--nofile=1024:1100') == 0 or die "prlimit failed";
+# log_min_messages = log (the test default) leaves WARNINGs out of the log
+$node->append_conf('postgresql.conf', 'log_min_messages = warning');
+$node->reload;
+my $log_offset = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity
+	 WHERE backend_type = 'outbox_pg relay'});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 2 FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL}),
+	'limits: two relay workers run again');
+$node->safe_psql('postgres', q{SELECT outbox.emit('conc.neighbour', 'y', '{}', destination => 'neighbour')});
+ok(wait_until(sub { answered('neighbour') >= 102 }, 120), 'limits: delivered under a hard limit of 1,100');
+note("postmaster: open files " . join('/', open_files_limits($pm_pid)) . "; relays: "
+	. join(', ', map { join('/', open_files_limits($_)) } relay_pids($node, 'postgres')));
+ok(wait_until(sub {
+	PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_offset)
+	  =~ /WARNING:  outbox.max_connections_per_worker is 3000, but this relay worker can open only \d+ connections/ }, 30),
+	'limits: the worker says how many connections it can open');
 
 $node->stop;
 stop_sink($sink);
