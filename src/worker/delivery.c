@@ -1971,11 +1971,13 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 	delivery_sweep(now);
 	if (!pass_business && emitted == pass_emitted_generation)
 		return;
+	/* a pass that failed half-way left its sums (delivery_connection_room) */
+	conn_destinations_next = 0;
+	conn_reserved_next = 0;
 	lease = delivery_lease_interval();
 	foreach(lc, dests)
 	{
 		LoadedDestination *d = lfirst(lc);
-
 		bool		has;
 
 		delivery_lease_one(d, now, lease, drained, leased);
@@ -1985,8 +1987,6 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 	}
 	conn_destinations = conn_destinations_next;
 	conn_reserved = conn_reserved_next;
-	conn_destinations_next = 0;
-	conn_reserved_next = 0;
 	pass_emitted_generation = emitted;
 	pass_business = business;
 }

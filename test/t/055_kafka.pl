@@ -143,7 +143,16 @@ ok(kafka_command($k, 'down'), 'broker down');
 ok($node->poll_query_until('postgres', q{
 	SELECT count(*) = 5 FROM outbox.events
 	 WHERE type = 'order.outage' AND status = 'pending' AND last_error IS NOT NULL}),
-	'while the broker is down, the events are retried with a reason');
+	'while the broker is down, the events are retried with a reason')
+  or diag("the events: "
+	  . $node->safe_psql('postgres', q{
+		SELECT string_agg(format('%s %s attempts %s next %s error %s', aggregate_id, status, attempts,
+		                         next_attempt_at, last_error), E'\n' ORDER BY aggregate_id)
+		  FROM outbox.events WHERE type = 'order.outage'})
+	  . "\nthe relays: "
+	  . $node->safe_psql('postgres', q{SELECT string_agg(format('%s %s in flight %s: %s', pid, state, in_flight, last_error), E'\n') FROM outbox.workers()})
+	  . "\nthe destination: "
+	  . $node->safe_psql('postgres', q{SELECT row_to_json(r)::text FROM outbox.destination_runtime() r WHERE destination = 'kafka'}));
 note($node->safe_psql('postgres', q{SELECT min(last_error) FROM outbox.events WHERE type = 'order.outage'}));
 ok(kafka_command($k, 'up'), 'broker up');
 ok($node->poll_query_until('postgres',
