@@ -523,8 +523,7 @@ HttpClientStart(HttpClient *client, HttpRequest *req)
 	req->refused = false;
 	req->egress_refused = false;
 	req->egress_error[0] = '\0';
-	if (client->configured != outbox_max_connections_per_worker)
-		http_set_limits(client);	/* reloaded */
+	(void) HttpClientMaxConnections(client);	/* the setting may be reloaded */
 	if (!EgressCheckUrl(outbox_allowed_hosts_list, req->url, &req->egress_by_name,
 						req->error, sizeof(req->error)))
 	{
@@ -628,7 +627,6 @@ http_collect(HttpClient *client)
 		req->status = (int) status;
 		{
 			curl_off_t	total_us = 0;
-
 			long		version = 0;
 
 			curl_easy_getinfo(easy, CURLINFO_TOTAL_TIME_T, &total_us);

@@ -950,8 +950,6 @@ delivery_unanswered(RelayDestination *rd)
  */
 static int	conn_destinations = 0;	/* with work at the last pass */
 static int	conn_reserved = 0;	/* their reserves at the last pass */
-static int	conn_destinations_next = 0; /* ... at this pass, so far */
-static int	conn_reserved_next = 0;
 
 /* Connections n requests of this destination hold at once. */
 static inline int
@@ -972,15 +970,19 @@ delivery_connection_room(RelayDestination *rd)
 		return INT_MAX;
 	room = Max(HttpClientMaxConnections(relay_http) -
 			   (conn_reserved - rd->conn_reserve), 1);
+	/* at most 65,536 connections (the setting's bound): no overflow */
 	if (rd->multiplexed)
-		return (room > INT_MAX / HTTP_STREAMS_PER_CONNECTION) ? INT_MAX :
-			room * HTTP_STREAMS_PER_CONNECTION;
+		return room * HTTP_STREAMS_PER_CONNECTION;
 	return room;
 }
 
-/* After a destination's turn in a pass: its reserve for the next. */
+/*
+ * After a destination's turn in a pass: its reserve for the next, added to
+ * the pass's sums.
+ */
 static void
-delivery_connection_reserve(RelayDestination *rd, bool business)
+delivery_connection_reserve(RelayDestination *rd, bool business,
+							int *destinations, int *reserved)
 {
 	int			fair;
 	int			need;
@@ -992,8 +994,8 @@ delivery_connection_reserve(RelayDestination *rd, bool business)
 	need = delivery_connections_for(rd, rd->busy ? rd->max_concurrency :
 									delivery_unanswered(rd));
 	rd->conn_reserve = Min(need, fair);
-	conn_reserved_next += rd->conn_reserve;
-	conn_destinations_next++;
+	*reserved += rd->conn_reserve;
+	(*destinations)++;
 }
 
 /*
@@ -1964,6 +1966,8 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 	Interval   *lease;
 	uint64		emitted = pg_atomic_read_u64(&relay_slot->emitted_generation);
 	bool		business = false;
+	int			destinations = 0;	/* delivery_connection_reserve's sums */
+	int			reserved = 0;
 
 	/* a counter bumped before the slot's generation is seen with it */
 	pg_read_barrier();
@@ -1971,9 +1975,6 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 	delivery_sweep(now);
 	if (!pass_business && emitted == pass_emitted_generation)
 		return;
-	/* a pass that failed half-way left its sums (delivery_connection_room) */
-	conn_destinations_next = 0;
-	conn_reserved_next = 0;
 	lease = delivery_lease_interval();
 	foreach(lc, dests)
 	{
@@ -1982,11 +1983,11 @@ DeliveryLease(List *dests, bool *drained, List **leased)
 
 		delivery_lease_one(d, now, lease, drained, leased);
 		has = delivery_has_business(d->dest);
-		delivery_connection_reserve(d->dest, has);
+		delivery_connection_reserve(d->dest, has, &destinations, &reserved);
 		business |= has;
 	}
-	conn_destinations = conn_destinations_next;
-	conn_reserved = conn_reserved_next;
+	conn_destinations = destinations;
+	conn_reserved = reserved;
 	pass_emitted_generation = emitted;
 	pass_business = business;
 }
