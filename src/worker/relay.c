@@ -393,6 +393,7 @@ relay_lease_step(void)
 	bool		begun;
 	bool		missing;
 	bool		drained = true;
+	bool		claimed = false;
 
 	if (!loop.need_lease || DeliveryInFlight() >= outbox_batch_size)
 		return;
@@ -410,8 +411,32 @@ relay_lease_step(void)
 		relay_housekeeping_step();
 		/* the leased events and their list outlive the iteration */
 		MemoryContextSwitchTo(relay_events_context);
-		DeliveryLease(dests, &drained, &loop.leased);
-		relay_commit();
+		DeliveryLease(dests, &drained, &claimed);
+
+		/*
+		 * A claim holds its destination's stream to the commit: another
+		 * relay claims it while this one reads and builds the events.
+		 */
+		if (claimed)
+		{
+			relay_commit();
+			begun = relay_begin(&missing);
+			if (!begun && !missing)
+			{
+				/* tables locked or the extension outdated: they wait */
+				MemoryContext cxt = CurrentMemoryContext;
+
+				StartTransactionCommand();
+				DeliveryLeaseRead();
+				CommitTransactionCommand();
+				MemoryContextSwitchTo(cxt);
+			}
+		}
+		if (begun)
+		{
+			DeliveryLeaseStart(dests, &loop.leased);
+			relay_commit();
+		}
 	}
 	else
 		DeliveryForgetConfig(); /* what is installed may be changing */
@@ -462,7 +487,11 @@ relay_cycle_failed(void)
 						   relay_activity, relay_database_name);
 	/* results not recorded are sent again after their lease */
 	relay_free_events(&loop.pending_done);
-	/* leased but never started: their lease was rolled back */
+	/*
+	 * leased but never started: their lease was rolled back, or, once
+	 * their claim committed (relay_lease_step), they are sent again when
+	 * it runs out
+	 */
 	relay_free_events(&loop.leased);
 	/* claimed and waiting to start: their batches go to the recovery */
 	DeliveryDropWaiting();

@@ -120,7 +120,7 @@ extern bool OutboxStoreClaimAck(const char *destination, int64 seq,
 								Datum dead_statuses, Datum dead_errors,
 								TimestampTz fence);
 extern uint64 OutboxStoreClaimRecover(Interval *lease, const char *destination,
-									  int64 low_seq);
+									  int64 low_seq, bool relay);
 extern uint64 OutboxStoreRetriesLease(int batch_size, Interval *lease,
 									  const char *destination);
 extern uint64 OutboxStoreRetriesAck(Datum ids);

@@ -15,7 +15,8 @@ use Test::More;
 use Time::HiRes qw(time);
 
 my $sink = start_sink();
-my $node = new_outbox_node('delivery', "outbox.workers_per_database = 3\n");
+# a server time zone off UTC by a fraction of an hour: ce-time must not follow it
+my $node = new_outbox_node('delivery', "outbox.workers_per_database = 3\ntimezone = 'Asia/Kolkata'\n");
 $node->start;
 
 my $secret = secret();
@@ -63,6 +64,10 @@ is($rec->{headers}{authorization}, 'Bearer tok-123', 'bearer token');
 is($rec->{headers}{'x-env'}, 'test', 'destination header');
 is($rec->{headers}{'x-tenant'}, 'acme', 'event header');
 like($rec->{time}, qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z$/, 'ce-time is RFC 3339 UTC');
+is($rec->{time}, $node->safe_psql('postgres', qq{
+	SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+	  FROM outbox.events WHERE id = '$id'}),
+	'ce-time is the event\'s created_at in UTC, to the microsecond');
 
 # rollback: nothing is sent
 my $before = scalar(sink_records($sink));
