@@ -248,6 +248,9 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         rss = [r for r in rss if r]
         results["rss"] = (rss[1] if len(rss) > 1 else rss[0], rss[len(rss) // 2], rss[-1])
         print(f"  outbox_pg: {N} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
+        cur.execute("SELECT count(*), round(avg(events), 1) FROM outbox.batches WHERE destination = 'bench' AND events > 0")
+        claims, per_claim = cur.fetchone()
+        print(f"  outbox_pg: {claims} claims, {per_claim} events each", file=sys.stderr, flush=True)
 
         # (b) outbox_pg latency
         lat_ids = {}
