@@ -1147,12 +1147,16 @@ delivery_event_time(Datum created_at)
 		return NULL;			/* as to_char() */
 	if (timestamp2tm(ts, NULL, &tm, &fsec, NULL, NULL) != 0 ||
 		tm.tm_year < 1 || tm.tm_year > 9999)
-		return text_to_cstring(DatumGetTextPP(
-			DirectFunctionCall2(timestamp_to_char,
-								DirectFunctionCall2(timestamptz_zone,
-													CStringGetTextDatum("UTC"),
-													created_at),
-								CStringGetTextDatum("YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\""))));
+	{
+		/* outside four-digit years: to_char() itself */
+		Datum		utc = DirectFunctionCall2(timestamptz_zone,
+											  CStringGetTextDatum("UTC"),
+											  created_at);
+		Datum		format = CStringGetTextDatum("YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"");
+
+		return TextDatumGetCString(DirectFunctionCall2(timestamp_to_char,
+													   utc, format));
+	}
 	return psprintf("%04d-%02d-%02dT%02d:%02d:%02d.%06dZ",
 					tm.tm_year, tm.tm_mon, tm.tm_mday,
 					tm.tm_hour, tm.tm_min, tm.tm_sec, (int) fsec);
@@ -1583,9 +1587,10 @@ delivery_free_batch(RelayBatch *b)
  * Make events of the n rows in SPI_tuptable (a retries lease when batch is
  * NULL, else a claimed batch) and queue them, in order, on the
  * destination's waiting list; their messages are read from their rows by
- * DeliveryLeaseStart, after the claims committed.  On an ordered destination each
- * event of a batch whose aggregate has an earlier event in the batch
- * waits for that one's acknowledgement (blocked, chained behind it).
+ * DeliveryLeaseStart, after the claims committed.  On an ordered
+ * destination each event of a batch whose aggregate has an earlier event
+ * in the batch waits for that one's acknowledgement (blocked, chained
+ * behind it).
  */
 static void
 delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
