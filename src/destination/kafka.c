@@ -140,6 +140,9 @@ typedef struct KafkaProducer
 	bool		egress_by_name; /* the bootstrap hosts were allowed by name */
 	volatile bool egress_refused;	/* a connection was refused */
 	char		last_error[KAFKA_ERROR_SIZE];	/* from the error callback */
+	int			timeout_ms;		/* message.timeout.ms */
+	TimestampTz heard_at;		/* last report, or first produce since none
+								 * was outstanding: see kafka_poll() */
 	TimestampTz logged_at;		/* last librdkafka line logged at LOG */
 	char		log_line[KAFKA_ERROR_SIZE]; /* to log after the poll */
 } KafkaProducer;
@@ -690,7 +693,10 @@ kafka_load(const DestinationConfig *config)
 			strcmp(p->fingerprint, fp.data) == 0)
 			break;
 	if (p == NULL)
+	{
 		p = kafka_create(def->name, fp.data, props, by_name);
+		p->timeout_ms = Max(config->timeout_ms, 100);
+	}
 	p->users++;
 	t->producer = p;
 	t->release.func = kafka_release;
@@ -782,7 +788,8 @@ kafka_start(void *target, OutboxMessage *const *msgs, int n, void *token)
 		p->reports = grown;
 		p->capacity = capacity;
 	}
-	p->outstanding++;
+	if (p->outstanding++ == 0)
+		p->heard_at = GetCurrentTimestamp();
 
 	if (t->refused != NULL)
 	{
@@ -920,6 +927,36 @@ kafka_error_text(KafkaProducer *p, const KafkaReport *r, bool configuration)
 }
 
 /*
+ * Every message has a delivery report within message.timeout.ms.  Twice
+ * seen on CI (librdkafka 2.0.2, idempotent, the mock broker down), five
+ * messages had none for 290 s, until the broker came back: their events
+ * stayed in flight with no error to show.  So when messages are
+ * outstanding and nothing was reported for twice the timeout and a
+ * second, they are purged: librdkafka reports them (ERR__PURGE_*), they
+ * are retried, and the destination failed.  Where the broker may have
+ * written them, the retry is a duplicate: at least once.
+ */
+static void
+kafka_check_silence(KafkaProducer *p)
+{
+	TimestampTz now;
+
+	if (p->outstanding <= p->nreports || p->fatal)
+		return;
+	now = GetCurrentTimestamp();
+	if (!TimestampDifferenceExceeds(p->heard_at, now, 2 * p->timeout_ms + 1000))
+		return;
+	ereport(LOG,
+			(errmsg("outbox_pg destination \"%s\": librdkafka reported none of %d messages for %d ms; purging them to retry them",
+					p->name, p->outstanding - p->nreports,
+					(int) ((now - p->heard_at) / 1000)),
+			 errdetail("Their message.timeout.ms is %d ms.", p->timeout_ms)));
+	p->heard_at = now;
+	rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	(void) rd_kafka_poll(p->rk, 0);
+}
+
+/*
  * Serve the producer's queue and hand over up to max completed messages:
  * one group (one message) each, with its result and whether the
  * destination failed.  Never blocks.
@@ -939,6 +976,7 @@ kafka_poll(void *target, void **tokens, DeliveryResult **results,
 	while (read(p->pipefd[0], drain, sizeof(drain)) > 0)
 		;
 	(void) rd_kafka_poll(p->rk, 0);
+	kafka_check_silence(p);
 	if (p->fatal && p->last_error[0] == '\0')
 		strlcpy(p->last_error, "fatal error", sizeof(p->last_error));
 	if (p->log_line[0] != '\0')
@@ -972,6 +1010,7 @@ kafka_poll(void *target, void **tokens, DeliveryResult **results,
 	}
 	if (k > 0)
 	{
+		p->heard_at = GetCurrentTimestamp();
 		memmove(p->reports, p->reports + k,
 				(p->nreports - k) * sizeof(KafkaReport));
 		p->nreports -= k;
