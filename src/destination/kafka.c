@@ -598,6 +598,7 @@ kafka_load(const DestinationConfig *config)
 	List	   *props = NIL;
 	StringInfoData fp;
 	bool		by_name = true;
+	int			timeout_ms = Max(config->timeout_ms, 100);	/* message.timeout.ms */
 	bool		tls;
 	const DestinationCredentials *cred = def->credentials;
 	KafkaProducer *p;
@@ -644,7 +645,7 @@ kafka_load(const DestinationConfig *config)
 	kafka_prop(&props, &fp, "acks", "all");
 	kafka_prop(&props, &fp, "enable.idempotence", "true");
 	kafka_prop(&props, &fp, "message.timeout.ms",
-			   psprintf("%d", Max(config->timeout_ms, 100)));
+			   psprintf("%d", timeout_ms));
 	kafka_prop(&props, &fp, "log.queue", "true");
 	kafka_prop(&props, &fp, "client.id", "outbox_pg");
 	/*
@@ -664,7 +665,7 @@ kafka_load(const DestinationConfig *config)
 		if (v == NULL)
 			continue;
 		if (strcmp(k->option, "linger.ms") == 0)	/* below the timeout */
-			v = psprintf("%d", Min(atoi(v), Max(config->timeout_ms, 100) / 2));
+			v = psprintf("%d", Min(atoi(v), timeout_ms / 2));
 		kafka_prop(&props, &fp, k->option, v);
 	}
 
@@ -695,7 +696,7 @@ kafka_load(const DestinationConfig *config)
 	if (p == NULL)
 	{
 		p = kafka_create(def->name, fp.data, props, by_name);
-		p->timeout_ms = Max(config->timeout_ms, 100);
+		p->timeout_ms = timeout_ms;
 	}
 	p->users++;
 	t->producer = p;
