@@ -1949,7 +1949,20 @@ delivery_lease_one(LoadedDestination *d, TimestampTz now, Interval *lease,
 		int			rest = want - (int) n;
 
 		if (recover)
+		{
 			m = OutboxStoreClaimRecover(lease, d->name, 0, true);
+
+			/*
+			 * Nothing (more) to recover: what else the sweep found, new
+			 * events, is claimed now and again while the claims are full
+			 * (busy).  Left set, every claim of a backlog found by a sweep
+			 * (after a restart, a resume, an outage) first looked for an
+			 * expired batch among all its destination's batches: 3 % of
+			 * the relay's CPU in a Kafka backlog of 800,000 events.
+			 */
+			if (m == 0)
+				rd->due = false;
+		}
 		if (m == 0)
 			m = OutboxStoreClaimNext(rest, lease, d->name, d->ordered, &more,
 									 &locked_out);

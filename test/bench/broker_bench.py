@@ -42,7 +42,7 @@ import base64
 import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay_bench import BIN, free_port, rss_kb, start_cluster, start_nginx  # noqa: E402
+from relay_bench import BIN, cpu_seconds, free_port, machine_busy_seconds, rss_kb, start_cluster, start_nginx  # noqa: E402
 from relay_bench import sql_drain as relay_sql_drain  # noqa: E402
 
 
@@ -58,6 +58,8 @@ WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
 AMQP_REFERENCE = os.path.join(HERE, "amqp_reference.c")  # beside this script, in the repo or /tmp
 AMQP_WINDOW = int(os.environ.get("BENCH_AMQP_WINDOW", "256"))
 KAFKA_OPTIONS = os.environ.get("BENCH_KAFKA_OPTIONS", '{"topic": "bench"}')
+CPU_PER_EVENT = {}  # row: CPU microseconds per event (see run_one, sql_drain)
+BROKER_PIDS = {}  # row: the pid of the broker process this bench started for it
 ALL_KINDS = ("webhook", "sqs_batch", "sqs_single", "rabbitmq", "amqp", "kafka")
 KINDS = [k for k in os.environ.get("BENCH_KINDS", ",".join(ALL_KINDS)).split(",") if k]
 NODE_PREFIX = "/opt/outbox_pg-test/node"
@@ -189,7 +191,13 @@ def sql_drain(cur, n):
     for first in range(0, n, TXN):
         cur.execute(f"SELECT count(outbox.emit('bench.event', (g %% 1000)::text, '{PAYLOAD}', destination => 'drain'))"
                     " FROM generate_series(1, %s) g", (min(TXN, n - first),))
-    return relay_sql_drain(cur, "drain")
+    cur.execute("SELECT pg_backend_pid()")
+    backend = cur.fetchone()[0]
+    cpu0 = (machine_busy_seconds(), cpu_seconds(backend))
+    rate = relay_sql_drain(cur, "drain")
+    cpu1 = (machine_busy_seconds(), cpu_seconds(backend))
+    CPU_PER_EVENT["sql_drain"] = [1e6 * (b - a) / n for a, b in zip(cpu0, cpu1)]
+    return rate
 
 
 def run_one(cur, dest, n):
@@ -199,6 +207,10 @@ def run_one(cur, dest, n):
                     " FROM generate_series(1, %s) g", (dest, min(TXN, n - first)))
     cur.execute("SELECT coalesce(sum(published), 0) FROM outbox.workers() WHERE database = 'postgres'")
     before = cur.fetchone()[0]
+    cur.execute("SELECT array_agg(pid) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
+    relays = cur.fetchone()[0] or []
+    pids = relays + ([BROKER_PIDS[dest]] if dest in BROKER_PIDS else [])
+    cpu0 = [machine_busy_seconds()] + [cpu_seconds(p) or 0 for p in pids]
     t0 = time.time()
     cur.execute("UPDATE outbox.destinations SET paused = false WHERE name = %s", (dest,))
     cur.execute("SELECT outbox.emit('bench.kick', 'k', '{}', destination => %s)", (dest,))
@@ -210,6 +222,11 @@ def run_one(cur, dest, n):
             break
         time.sleep(0.02)
     elapsed = time.time() - t0
+    cpu1 = [machine_busy_seconds()] + [cpu_seconds(p) or 0 for p in pids]
+    used = [b - a for a, b in zip(cpu0, cpu1)]
+    # machine, the relays (every thread: librdkafka's too), the broker if it is ours
+    CPU_PER_EVENT[dest] = [1e6 * used[0] / n, 1e6 * sum(used[1:1 + len(relays)]) / n] + \
+        ([1e6 * used[-1] / n] if dest in BROKER_PIDS else [])
     cur.execute("SELECT count(*) FILTER (WHERE status = 'dead'), count(*) FILTER (WHERE status = 'pending')"
                 " FROM outbox.events WHERE destination = %s", (dest,))
     dead, pending = cur.fetchone()
@@ -231,6 +248,7 @@ def main():
     sqs, sqs_port = start_sqs()
     rabbit, rabbit_env, rabbit_url, epmd, amqp_port = start_rabbit(tmp)
     kafka, bootstrap = start_kafka(tmp)
+    BROKER_PIDS["kafka"] = kafka.pid
     # an application reading the queue, as in production (see purge_queue)
     amqp_binary = build_amqp_reference(tmp)
     consumer = subprocess.Popen([amqp_binary, "consume", "127.0.0.1", str(amqp_port), "bench"])
@@ -303,6 +321,14 @@ INSERT INTO outbox.destinations (name, kind, url, credentials, max_concurrency, 
           f"{r['sql_drain']:.0f} events/s"
           + "".join(f"; {what} reached {r[k] / r['sql_drain']:.2f}x of it"
                     for k, what in (("kafka", "Kafka"), ("amqp", "AMQP")) if k in r))
+    if "kafka" in CPU_PER_EVENT and "sql_drain" in CPU_PER_EVENT:
+        m, rel, brk = CPU_PER_EVENT["kafka"]
+        dm, db = CPU_PER_EVENT["sql_drain"]
+        cores = os.cpu_count()
+        print(f"CPU per event, Kafka row: {m:.1f} us of the machine ({cores} cores), of which the relays {rel:.1f}"
+              f" (librdkafka's threads included) and the mock cluster {brk:.1f}; the drain: {dm:.1f} us of the"
+              f" machine, its backend {db:.1f}. At {m:.1f} us an event these {cores} cores deliver at most"
+              f" {cores * 1e6 / m:.0f} events/s to Kafka ({cores * 1e6 / m / r['sql_drain']:.2f}x of the drain limit)")
     if "sqs_batch" in r and "sqs_single" in r:
         print(f"SQS batch / single: {r['sqs_batch'] / r['sqs_single']:.1f}x")
     if "amqp_reference" in r:

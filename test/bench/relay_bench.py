@@ -122,6 +122,13 @@ def cpu_seconds(pid):
         return None
 
 
+def machine_busy_seconds():
+    """CPU seconds the whole machine spent busy since boot, all cores (not
+    idle, iowait or stolen), from /proc/stat."""
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return (f[0] + f[1] + f[2] + f[5] + f[6]) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values, p):
     values = sorted(values)
     if not values:
