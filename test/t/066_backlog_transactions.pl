@@ -6,6 +6,11 @@
 # minute here.)  The poll interval is 60 s, longer than the deadline, so
 # only claiming again at once can drain it in time; the same for a
 # backlog where the first transaction alone exceeds the capacity.
+#
+# The resume makes the relays sweep, which marks the destination due; a
+# claim that follows looks for an expired batch to recover first.  Only
+# the first: every claim of the backlog used to, one statement that reads
+# every batch of the destination per claim (counted by pg_stat_statements).
 use strict;
 use warnings;
 use FindBin;
@@ -20,9 +25,12 @@ my $sink = start_fast_sink();
 my $node = new_outbox_node('backlogtx', qq{
 outbox.poll_interval = '60s'
 outbox.workers_per_database = 2
+shared_preload_libraries = 'outbox_pg, pg_stat_statements'
+pg_stat_statements.track = 'all'
 });
 $node->start;
 $node->safe_psql('postgres', qq{
+	CREATE EXTENSION pg_stat_statements;
 	CREATE EXTENSION outbox_pg;
 	INSERT INTO outbox.destinations (name, url, max_concurrency, paused) VALUES
 		('small', '$sink->{url}/small', 64, true);
@@ -45,6 +53,12 @@ note(sprintf('drained in %.1f s', time - $t0));
 is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM outbox.events WHERE destination = 'small' AND status = 'published'}),
 	'5000', 'every one is published');
+my ($claims, $recoveries) = split /\|/, $node->safe_psql('postgres', q{
+	SELECT coalesce(sum(calls) FILTER (WHERE query LIKE 'SELECT p.seq, p.to_snap, c.cur, x.xid%'), 0),
+	       coalesce(sum(calls) FILTER (WHERE query LIKE 'UPDATE outbox.batches AS b%outbox.batch_acks%'), 0)
+	  FROM pg_stat_statements});
+cmp_ok($claims, '>=', 50, "the backlog took many claims ($claims)");
+cmp_ok($recoveries, '<=', 10, "few of them looked for a batch to recover first ($recoveries)");
 
 # later transactions after the drain are claimed at their commit too
 $node->safe_psql('postgres', q{
