@@ -42,7 +42,7 @@ import base64
 import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay_bench import BIN, cpu_seconds, free_port, machine_busy_seconds, rss_kb, start_cluster, start_nginx  # noqa: E402
+from relay_bench import BIN, cpu_seconds, free_port, machine_jiffies, rss_kb, start_cluster, start_nginx  # noqa: E402
 from relay_bench import sql_drain as relay_sql_drain  # noqa: E402
 
 
@@ -181,6 +181,11 @@ def amqp_reference(binary, amqp_port, n):
 def relay_rss(cur):
     cur.execute("SELECT array_agg(pid) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
     return max((rss_kb(p) or 0) for p in cur.fetchone()[0] or [0])
+
+
+def machine_busy_seconds():
+    """CPU seconds the whole machine spent busy since boot, all cores."""
+    return machine_jiffies()[0] / os.sysconf("SC_CLK_TCK")
 
 
 def sql_drain(cur, n):

@@ -38,7 +38,7 @@ import time
 import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay_bench import BIN, cpu_seconds, free_port, start_cluster  # noqa: E402
+from relay_bench import BIN, cpu_seconds, free_port, machine_jiffies, start_cluster  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SINK = next(p for p in (os.path.join(HERE, "slow_sink.py"), os.path.join(HERE, "..", "sink", "slow_sink.py"))
@@ -128,12 +128,6 @@ def sink_stats(path):
         except (OSError, ValueError):
             time.sleep(0.1)
     return {"names": {}}
-
-
-def machine_jiffies():
-    """(busy, all) jiffies of the whole machine, from /proc/stat."""
-    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return sum(v) - v[3] - v[4], sum(v)
 
 
 class Phase:
