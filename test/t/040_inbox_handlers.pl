@@ -128,6 +128,70 @@ ok($node->poll_query_until('postgres', q{
 is($node->safe_psql('postgres', q{SELECT count(*) FROM public.ledger WHERE message_id = 'pay-bad'}),
 	'1', 'exactly once');
 
+# --- failures in the middle of a batch: the messages of a batch share a
+# subtransaction, split where a handler fails; the ones before the failing
+# one run again (their first writes rolled back with it), the ones after it
+# go on.  A handler that does not answer the same twice (flaky: every third
+# call fails) fails in the rerun too.  Every good message's writes exactly
+# once, none of a failed attempt's, and no good message pays another
+# attempt for a neighbour's failure.
+$node->safe_psql('postgres', q{
+	CREATE TABLE public.mix_log (message_id text NOT NULL, n int NOT NULL);
+	ALTER TABLE public.mix_log OWNER TO regress_inbox_owner;
+	CREATE SEQUENCE public.flaky_calls;
+	ALTER SEQUENCE public.flaky_calls OWNER TO regress_inbox_owner;
+	CREATE FUNCTION public.apply_mix(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN
+	    INSERT INTO public.mix_log VALUES (m.id, (m.payload ->> 'n')::int);
+	    IF m.type = 'mix.bad' THEN
+	        RAISE EXCEPTION 'mix % refused', m.id;
+	    END IF;
+	    IF (m.payload ->> 'flaky')::boolean
+	       AND pg_catalog.nextval('public.flaky_calls') % 3 = 0 THEN
+	        RAISE EXCEPTION 'flaky %', m.id;
+	    END IF;
+	END
+	$$;
+	ALTER FUNCTION public.apply_mix(inbox.messages) OWNER TO regress_inbox_owner;
+	SELECT inbox.register_handler('mix.*', 'public.apply_mix(inbox.messages)',
+	                              max_attempts => 30, backoff_base_ms => 50, backoff_max_ms => 100);
+	SELECT inbox.register_handler('mix.bad', 'public.apply_mix(inbox.messages)',
+	                              max_attempts => 1);
+	BEGIN;
+	SELECT inbox.receive('mix-' || g,
+	                     CASE WHEN g IN (5, 6, 40, 80) THEN 'mix.bad' ELSE 'mix.ok' END,
+	                     jsonb_build_object('n', g, 'flaky', g % 4 = 0 AND g NOT IN (40, 80)))
+	  FROM generate_series(1, 80) g;
+	COMMIT;
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) FILTER (WHERE type = 'mix.ok' AND status = 'processed') = 76
+	   AND count(*) FILTER (WHERE type = 'mix.bad' AND status = 'dead') = 4
+	  FROM inbox.messages WHERE id LIKE 'mix-%'}),
+	'a batch with failures in its middle: the good messages processed, the failing ones dead');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) || ' ' || count(DISTINCT message_id) || ' ' || sum(n)
+	  FROM public.mix_log}),
+	'76 76 ' . (3240 - 5 - 6 - 40 - 80), 'each good message\'s writes once, no failed attempt\'s');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM inbox.messages
+	 WHERE type = 'mix.ok' AND NOT (payload ->> 'flaky')::boolean AND attempts <> 1}),
+	'0', 'a neighbour\'s failure cost no good message an attempt');
+ok($node->safe_psql('postgres', q{
+	SELECT count(*) FROM inbox.messages
+	 WHERE type = 'mix.ok' AND (payload ->> 'flaky')::boolean AND attempts > 1}) > 0,
+	'the flaky handler failed some attempts (the path is exercised)');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(last_error, ',' ORDER BY seq) FROM inbox.messages WHERE type = 'mix.bad'}),
+	'P0001: mix mix-5 refused,P0001: mix mix-6 refused,P0001: mix mix-40 refused,P0001: mix mix-80 refused',
+	'each failing message has its own error');
+$node->safe_psql('postgres', q{
+	SELECT inbox.purge(id) FROM inbox.messages WHERE type = 'mix.bad';
+	SELECT inbox.unregister_handler('mix.bad');
+	SELECT inbox.unregister_handler('mix.*');
+});
+
 # --- ordered per aggregate: a1 fails twice; a2, a3 wait for it; b does not
 $node->safe_psql('postgres', q{
 	BEGIN;
