@@ -12,6 +12,13 @@ each request.  On a throwaway cluster:
       with outbox.poll_interval = 60s so only the commit wake-up counts;
       commit-to-sink = nginx arrival time - the moment COMMIT was sent;
   (c) the same two figures for the reference poller;
+  (e) open loop: pgbench commits single-event transactions on a schedule
+      (--rate, BENCH_OPEN_RATE events/s for BENCH_OPEN_SECONDS; its
+      sessions with synchronous_commit off: this machine cannot fsync
+      5,000 commits/s) while the relay delivers; commit-to-sink = nginx
+      arrival - the event's created_at (its transaction's start: an
+      overestimate by the statement's own time); p50, p99, p99.9, and how
+      far pgbench itself fell behind its schedule;
   (d) the database's own drain limit in the same run: the same backlog
       claimed and acknowledged by a server-side procedure through the
       relay's own store functions (outbox._claim, outbox._claim_ack), up
@@ -20,6 +27,7 @@ each request.  On a throwaway cluster:
       relay could reach if sending cost nothing.
 
 Environment: BENCH_EVENTS (100000), BENCH_LATENCY_EVENTS (1000),
+BENCH_OPEN_RATE (5000; 0 skips (e)), BENCH_OPEN_SECONDS (10),
 BENCH_WORKERS (1), BENCH_TXN_EVENTS (events per emitting transaction in
 (a); default all of them in one), BENCH_DEST_OPTIONS (the destination's
 options, e.g. '{"batch": "cloudevents"}' for batched webhooks; batches
@@ -47,6 +55,8 @@ M = int(os.environ.get("BENCH_LATENCY_EVENTS", "1000"))
 WORKERS = int(os.environ.get("BENCH_WORKERS", "1"))
 PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benchmark payment"}'
 TXN_EVENTS = int(os.environ.get("BENCH_TXN_EVENTS") or 0) or N
+OPEN_RATE = int(os.environ.get("BENCH_OPEN_RATE", "5000"))
+OPEN_SECONDS = int(os.environ.get("BENCH_OPEN_SECONDS", "10"))
 DEST_OPTIONS = os.environ.get("BENCH_DEST_OPTIONS") or "{}"
 
 
@@ -201,6 +211,39 @@ END $$""")
     return drained / elapsed
 
 
+def open_loop(tmp, dsn, cur):
+    """(e): pgbench offers OPEN_RATE single-event commits a second for
+    OPEN_SECONDS on a schedule; returns (p50, p99, p99.9, events delivered,
+    events emitted, pgbench's mean lag behind its schedule in ms)."""
+    params = dict(kv.split("=", 1) for kv in dsn.split())
+    script = os.path.join(tmp, "open.sql")
+    with open(script, "w") as f:
+        f.write("SELECT outbox.emit('bench.open', :client_id::text, '{}');\n")
+    os.chmod(script, 0o644)
+    out = subprocess.run([f"{BIN}/pgbench", "-n", "-M", "prepared", "-h", params["host"], "-p", params["port"],
+                          "-c", "4", "-j", "2", "-R", str(OPEN_RATE), "-T", str(OPEN_SECONDS),
+                          "-f", script, params["dbname"]],
+                         check=True, capture_output=True, text=True,
+                         env=dict(os.environ, PGOPTIONS="-c synchronous_commit=off")).stdout
+    # "rate limit schedule lag: avg 0.123 (max 4.567) ms"
+    lag = next((float(l.split("avg")[1].split()[0]) for l in out.splitlines()
+                if l.startswith("rate limit schedule lag") and "avg" in l), float("nan"))
+    cur.execute("SELECT count(*) FROM outbox.events WHERE type = 'bench.open'")
+    emitted = cur.fetchone()[0]
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        cur.execute("SELECT count(*) FROM outbox.events WHERE type = 'bench.open' AND status <> 'published'")
+        if cur.fetchone()[0] == 0:
+            break
+        time.sleep(0.2)
+    time.sleep(1)
+    arr = arrivals(tmp)
+    cur.execute("SELECT id::text, extract(epoch FROM created_at)::float8 FROM outbox.events WHERE type = 'bench.open'")
+    lat = [(arr[k] - t) * 1000 for k, t in cur.fetchall() if k in arr]
+    print(f"  open loop: {emitted} events offered at {OPEN_RATE}/s, {len(lat)} delivered", file=sys.stderr, flush=True)
+    return (pct(lat, 50), pct(lat, 99), pct(lat, 99.9), len(lat), emitted, lag)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="outbox_relay_bench_")
     os.chmod(tmp, 0o777)
@@ -275,6 +318,10 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         lat = [(arr[k] - v) * 1000 for k, v in lat_ids.items() if k in arr]
         results["relay_lat"] = (pct(lat, 50), pct(lat, 99), len(lat))
 
+        # (e) outbox_pg under a steady offered load (open loop)
+        if OPEN_RATE > 0:
+            results["open"] = open_loop(tmp, dsn, cur)
+
         # (c) the reference poller: throughput
         cur.execute(f"INSERT INTO app_outbox (type, payload) SELECT 'bench.event', '{PAYLOAD}' FROM generate_series(1, {N})")
         t0 = time.time()
@@ -322,6 +369,12 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
     print(f"relay workers' CPU per event (user + system, all workers): {r['relay_cpu_us']:.0f} µs")
     print(f"the database's own drain limit, same run (claim + acknowledge by a procedure, no HTTP): "
           f"{r['sql_eps']:.0f} events/s; the relay reached {r['relay_eps'] / r['sql_eps']:.2f}x of it")
+    if "open" in r:
+        p50, p99, p999, got, emitted, lag = r["open"]
+        print(f"open loop, {OPEN_RATE} events/s offered for {OPEN_SECONDS} s (pgbench -R, 4 clients, "
+              f"single-event commits, synchronous_commit off): commit-to-sink p50 {p50:.1f} ms, "
+              f"p99 {p99:.1f} ms, p99.9 {p999:.1f} ms over {got} of {emitted} events "
+              f"(pgbench's mean lag behind its schedule: {lag:.2f} ms)")
     print(f"relay worker private memory (RssAnon, kB) at start / middle / end of the {N} events: {r['rss'][0]} / {r['rss'][1]} / {r['rss'][2]}")
 
 
