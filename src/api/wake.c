@@ -22,7 +22,8 @@
  * at every destination.
  *
  * If no relay runs for this database (the extension was just created, or
- * its worker exited), the callback asks the launcher to start one.
+ * its worker exited), the callback asks the launcher to start one (at
+ * most once a second per backend).
  *
  * Events inserted without emit() (a restore) are found by the poll, and so
  * are those of a prepared transaction, committed later by COMMIT PREPARED
@@ -57,6 +58,7 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "utils/timestamp.h"
 
 #include "outbox_pg.h"
 #include "shmem.h"
@@ -78,6 +80,10 @@ static bool wake_untagged = false;
 static bool wake_pending = false;
 static bool config_pending = false;
 static bool wake_callback_registered = false;
+
+/* when this backend last asked the launcher for a relay (see below) */
+#define WAKE_LAUNCHER_ASK_MS	1000
+static TimestampTz wake_asked_launcher_at = 0;
 
 static void wake_register_callback(void);
 
@@ -168,11 +174,27 @@ wake_xact_callback(XactEvent event, void *arg)
 			found = true;
 		}
 	}
-	/* ask once; the launcher clears the request when it has looked */
+	/*
+	 * Ask once; the launcher clears the request when it has looked, and
+	 * this backend asks again at most once per WAKE_LAUNCHER_ASK_MS.  Asked
+	 * at every commit, a database no relay serves (not in
+	 * outbox.databases) had every emitting commit signal the launcher: a
+	 * kill() each, 0.84 more per commit than a plain INSERT's (perf stat,
+	 * pgbench, one client), for a launcher that lists the databases at
+	 * most once a second anyway.
+	 */
 	if (wake && !found && outbox_shared->launcher_wanted_db != MyDatabaseId)
 	{
-		outbox_shared->launcher_wanted_db = MyDatabaseId;
-		OutboxSetLatchByProcno(outbox_shared->launcher_procno);
+		TimestampTz now = GetCurrentTimestamp();
+
+		if (wake_asked_launcher_at == 0 ||
+			TimestampDifferenceExceeds(wake_asked_launcher_at, now,
+									   WAKE_LAUNCHER_ASK_MS))
+		{
+			wake_asked_launcher_at = now;
+			outbox_shared->launcher_wanted_db = MyDatabaseId;
+			OutboxSetLatchByProcno(outbox_shared->launcher_procno);
+		}
 	}
 }
 
