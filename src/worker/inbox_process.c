@@ -40,10 +40,11 @@
  *	   workers, 2,045 of 20,000 messages of a backlog waited 10 s that
  *	   way, the backlog took 11 s instead of about 1.  That lease never
  *	   waits (SKIP LOCKED), so this wait is short and cannot deadlock with
- *	   it.  The messages run through their handlers in one
- *	   internal subtransaction, split where a handler fails
- *	   (inbox_run_range): a failing handler rolls back only its own
- *	   writes; the message then gets its error and its next attempt time
+ *	   it; another session's lock is waited for at most
+ *	   INBOX_FETCH_LOCK_TIMEOUT (inbox_fetch).  The messages run through
+ *	   their handlers in one internal subtransaction, split where a
+ *	   handler fails (inbox_run_range): a failing handler rolls back only
+ *	   its own writes; the message then gets its error and its next attempt time
  *	   (OutboxBackoffDelayMs, the outbox's schedule), or is dead-lettered
  *	   once it has used the handler's max_attempts.  Messages whose handler
  *	   succeeded are marked processed, and everything commits at once.  The
@@ -129,6 +130,7 @@
 #define INBOX_RETENTION_INTERVAL_MS	1000
 #define INBOX_ERROR_LEN				1000
 #define INBOX_IDLE_RECHECK_MS		20
+#define INBOX_FETCH_LOCK_TIMEOUT	"1s"
 
 /* for a message no handler matches (inbox.handlers' column defaults) */
 #define INBOX_DEFAULT_MAX_ATTEMPTS	10
@@ -493,13 +495,29 @@ inbox_fetch(Datum *ids, Datum *attempts, int nleased, int *nmsgs)
 {
 	Datum		args[2];
 	InboxMessage *msgs;
+	int			save_nestlevel;
 
 	args[0] = PointerGetDatum(construct_array(ids, nleased, TEXTOID, -1, false,
 											  TYPALIGN_INT));
 	args[1] = PointerGetDatum(construct_array(attempts, nleased, INT4OID, 4, true,
 											  TYPALIGN_INT));
+
+	/*
+	 * The wait for a row lock (see the top of the file) is bounded: a
+	 * session that locked one of these rows after the lease committed (an
+	 * operator's UPDATE of pending messages left open) would otherwise hold
+	 * this worker, and its outbox delivery with it, until that session
+	 * ends.  After INBOX_FETCH_LOCK_TIMEOUT the cycle fails (logged) and
+	 * the messages are processed when their lease runs out.  For this
+	 * statement only: the handlers run with the server's lock_timeout.
+	 */
+	save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("lock_timeout", INBOX_FETCH_LOCK_TIMEOUT,
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
 	if (SPI_execute_plan(fetch_plan, args, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read leased inbox messages");
+	AtEOXact_GUC(true, save_nestlevel);
 	*nmsgs = (int) SPI_processed;
 	MemoryContextSwitchTo(inbox_context);
 	msgs = palloc0(Max(*nmsgs, 1) * sizeof(InboxMessage));

@@ -66,6 +66,26 @@ for my $round (1 .. 2)
 		  FROM inbox.messages WHERE id LIKE 'r$round-%'}),
 		"$messages $messages", "round $round: every message processed in its first attempt");
 }
+# the fetch's own lock_timeout (1 s, bounding the wait above) is for that
+# statement only: handlers run with the server's setting
+$node->safe_psql('postgres', q{
+	CREATE TABLE public.settings_seen (message_id text, lock_timeout text);
+	CREATE FUNCTION public.see(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN
+	    INSERT INTO public.settings_seen
+	    VALUES (m.id, pg_catalog.current_setting('lock_timeout'));
+	END
+	$$;
+	SELECT inbox.register_handler('see.*', 'public.see(inbox.messages)');
+	SELECT inbox.receive('see-1', 'see.it', '{}');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'processed' FROM inbox.messages WHERE id = 'see-1'}),
+	'a handler that reads its settings is processed');
+is($node->safe_psql('postgres', q{SELECT lock_timeout FROM public.settings_seen}),
+	'0', 'the handler runs with the server\'s lock_timeout, not the fetch\'s');
+
 SKIP:
 {
 	skip 'pg_stat_get_backend_subxact() needs PostgreSQL 16', 2
