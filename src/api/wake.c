@@ -187,8 +187,8 @@ wake_xact_callback(XactEvent event, void *arg)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 
-		if (wake_asked_launcher_at == 0 ||
-			TimestampDifferenceExceeds(wake_asked_launcher_at, now,
+		/* 0, never asked, is long enough ago */
+		if (TimestampDifferenceExceeds(wake_asked_launcher_at, now,
 									   WAKE_LAUNCHER_ASK_MS))
 		{
 			wake_asked_launcher_at = now;

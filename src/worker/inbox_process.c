@@ -44,12 +44,12 @@
  *	   INBOX_FETCH_LOCK_TIMEOUT (inbox_fetch).  The messages run through
  *	   their handlers in one internal subtransaction, split where a
  *	   handler fails (inbox_run_range): a failing handler rolls back only
- *	   its own writes; the message then gets its error and its next attempt time
- *	   (OutboxBackoffDelayMs, the outbox's schedule), or is dead-lettered
- *	   once it has used the handler's max_attempts.  Messages whose handler
- *	   succeeded are marked processed, and everything commits at once.  The
- *	   row locks, held to the end, keep other workers off even if a slow
- *	   handler outlives the lease.
+ *	   its own writes; the message then gets its error and its next
+ *	   attempt time (OutboxBackoffDelayMs, the outbox's schedule), or is
+ *	   dead-lettered once it has used the handler's max_attempts.
+ *	   Messages whose handler succeeded are marked processed, and
+ *	   everything commits at once.  The row locks, held to the end, keep
+ *	   other workers off even if a slow handler outlives the lease.
  *
  * Handler contract: a function (not a procedure, not set-returning) with
  * exactly one argument of type inbox.messages; its result is ignored, an

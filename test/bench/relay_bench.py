@@ -228,8 +228,6 @@ def open_loop(tmp, dsn, cur):
     # "rate limit schedule lag: avg 0.123 (max 4.567) ms"
     lag = next((float(l.split("avg")[1].split()[0]) for l in out.splitlines()
                 if l.startswith("rate limit schedule lag") and "avg" in l), float("nan"))
-    cur.execute("SELECT count(*) FROM outbox.events WHERE type = 'bench.open'")
-    emitted = cur.fetchone()[0]
     deadline = time.time() + 60
     while time.time() < deadline:
         cur.execute("SELECT count(*) FROM outbox.events WHERE type = 'bench.open' AND status <> 'published'")
@@ -239,7 +237,9 @@ def open_loop(tmp, dsn, cur):
     time.sleep(1)
     arr = arrivals(tmp)
     cur.execute("SELECT id::text, extract(epoch FROM created_at)::float8 FROM outbox.events WHERE type = 'bench.open'")
-    lat = [(arr[k] - t) * 1000 for k, t in cur.fetchall() if k in arr]
+    rows = cur.fetchall()
+    emitted = len(rows)
+    lat = [(arr[k] - t) * 1000 for k, t in rows if k in arr]
     print(f"  open loop: {emitted} events offered at {OPEN_RATE}/s, {len(lat)} delivered", file=sys.stderr, flush=True)
     return (pct(lat, 50), pct(lat, 99), pct(lat, 99.9), len(lat), emitted, lag)
 
