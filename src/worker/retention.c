@@ -85,13 +85,18 @@ static const char *rotation_read_sql =
 "   FOR UPDATE SKIP LOCKED";
 
 /*
- * the first destination with a row in slot $1 its acknowledgement lacks,
- * and whether it is paused
+ * the first destination with a row in the slot (%s: its table) that its
+ * acknowledgement lacks, and whether it is paused.  Each destination's
+ * acknowledged-through snapshot is read once (the MATERIALIZED list), and
+ * the slot is probed per destination through its (destination, xid) index:
+ * ORDER BY xid LIMIT 1 leaves that index the only cheap plan, whatever the
+ * slot's (absent) statistics say.  Written as one EXISTS over the log, the
+ * planner hashed the whole slot and evaluated both snapshot subqueries for
+ * each of its rows: a slot of a million rows with a few thousand batches
+ * took hours, relay worker 0 inside it.
  */
-static const char *rotation_unacked_sql =
-"SELECT a.destination, COALESCE((SELECT d.paused FROM outbox.destinations AS d"
-"                                 WHERE d.name OPERATOR(pg_catalog.=) a.destination), false)"
-"  FROM ("
+static const char *rotation_unacked_fmt =
+"WITH a AS MATERIALIZED ("
 "    SELECT s.destination, COALESCE("
 "             (SELECT b.from_snap FROM outbox.batches AS b"
 "               WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
@@ -102,12 +107,15 @@ static const char *rotation_unacked_sql =
 "             (SELECT b.to_snap FROM outbox.batches AS b"
 "               WHERE b.destination OPERATOR(pg_catalog.=) s.destination"
 "               ORDER BY b.seq DESC LIMIT 1)) AS snap"
-"      FROM outbox.streams AS s) AS a"
-" WHERE EXISTS (SELECT 1 FROM outbox.log AS l"
-"                WHERE l.slot OPERATOR(pg_catalog.=) $1"
-"                  AND l.destination OPERATOR(pg_catalog.=) a.destination"
-"                  AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin(a.snap)"
-"                  AND NOT pg_catalog.pg_visible_in_snapshot(l.xid, a.snap))"
+"      FROM outbox.streams AS s)"
+"SELECT a.destination, COALESCE((SELECT d.paused FROM outbox.destinations AS d"
+"                                 WHERE d.name OPERATOR(pg_catalog.=) a.destination), false)"
+"  FROM a CROSS JOIN LATERAL"
+"       (SELECT l.xid FROM %s AS l"
+"         WHERE l.destination OPERATOR(pg_catalog.=) a.destination"
+"           AND l.xid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin(a.snap)"
+"           AND NOT pg_catalog.pg_visible_in_snapshot(l.xid, a.snap)"
+"         ORDER BY l.xid LIMIT 1) AS x"
 " ORDER BY a.destination LIMIT 1";
 
 /* rows of slot $1 that no stream will ever claim: kept in outbox.retries */
@@ -154,6 +162,8 @@ OutboxRotateLog(Interval *every)
 	int			current;
 	int			next;
 	char		relname[NAMEDATALEN];
+	const char *slot_table;
+	char	   *unacked_sql;
 	Oid			nspid;
 	Oid			relid;
 
@@ -174,6 +184,9 @@ OutboxRotateLog(Interval *every)
 	next = (current + 1) % OUTBOX_LOG_SLOTS;
 
 	args[0] = Int16GetDatum((int16) next);
+	snprintf(relname, sizeof(relname), OUTBOX_LOG_SLOT_FORMAT, next);
+	slot_table = quote_qualified_identifier(OUTBOX_SCHEMA, relname);
+	unacked_sql = psprintf(rotation_unacked_fmt, slot_table);
 
 	/*
 	 * A paused destination's backlog would keep the slot for as long as it
@@ -184,8 +197,7 @@ OutboxRotateLog(Interval *every)
 	{
 		char	   *destination;
 
-		if (SPI_execute_with_args(rotation_unacked_sql, 1, slot_types, args, NULL,
-								  false, 1) != SPI_OK_SELECT)
+		if (SPI_execute(unacked_sql, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "outbox rotation statement failed");
 		if (SPI_processed == 0)
 			break;
@@ -201,13 +213,12 @@ OutboxRotateLog(Interval *every)
 		elog(ERROR, "outbox rotation statement failed");
 
 	nspid = get_namespace_oid(OUTBOX_SCHEMA, false);
-	snprintf(relname, sizeof(relname), OUTBOX_LOG_SLOT_FORMAT, next);
 	relid = get_relname_relid(relname, nspid);
 	if (!OidIsValid(relid))
 		elog(ERROR, "table \"%s.%s\" does not exist", OUTBOX_SCHEMA, relname);
 	if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
 		return pstrdup("locked");
-	if (SPI_execute(psprintf("TRUNCATE %s.%s", OUTBOX_SCHEMA, relname), false, 0)
+	if (SPI_execute(psprintf("TRUNCATE %s", slot_table), false, 0)
 		!= SPI_OK_UTILITY)
 		elog(ERROR, "could not truncate %s.%s", OUTBOX_SCHEMA, relname);
 	if (SPI_execute_with_args(rotation_switch_sql, 1, slot_types, args, NULL,
