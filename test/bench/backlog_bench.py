@@ -162,6 +162,9 @@ INSERT INTO outbox.routes (pattern, destination) VALUES ('*', 'bench');
         retained = store(cur)
         cur.execute("SELECT count(*) FROM outbox.events WHERE status <> 'published'")
         unpublished = cur.fetchone()[0]
+        cur.execute("SELECT (SELECT count(*) FROM outbox.batches), (SELECT count(*) FROM outbox.batch_acks), "
+                    "(SELECT count(*) FROM outbox.settled_events), (SELECT count(*) FROM outbox.retries)")
+        kept = cur.fetchone()
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
         subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
@@ -182,7 +185,8 @@ INSERT INTO outbox.routes (pattern, destination) VALUES ('*', 'bench');
               f"| {r['cpu_us']:.0f} | {mem} | {b[0]:.1f} + {b[1]:.1f}, {b[2]:.1f} | {a[0]:.1f} + {a[1]:.1f}, {a[2]:.1f} |")
     print()
     print(f"after outbox.retention = {RETENTION}s and {g1 - g0} rotations: log {retained[0]:.1f} MB + indexes "
-          f"{retained[1]:.1f} MB, other store tables {retained[2]:.1f} MB; events not published: {unpublished}")
+          f"{retained[1]:.1f} MB, other store tables {retained[2]:.1f} MB (rows: batches {kept[0]}, batch_acks "
+          f"{kept[1]}, settled_events {kept[2]}, retries {kept[3]}); events not published: {unpublished}")
 
 
 if __name__ == "__main__":
