@@ -31,8 +31,10 @@ BENCH_OPEN_RATE (5000; 0 skips (e)), BENCH_OPEN_SECONDS (10),
 BENCH_WORKERS (1), BENCH_TXN_EVENTS (events per emitting transaction in
 (a); default all of them in one), BENCH_DEST_OPTIONS (the destination's
 options, e.g. '{"batch": "cloudevents"}' for batched webhooks; batches
-carry no ce-id header, so (b) reports no latency then).  A benchmark, not
-a test.
+carry no ce-id header, so (b) reports no latency then),
+BENCH_MAX_CONCURRENCY (256; it counts events, also in batches),
+BENCH_SETTINGS (server settings added to the cluster's, separated by ";",
+e.g. "outbox.batch_size = 2000").  A benchmark, not a test.
 """
 import glob
 import os
@@ -58,6 +60,8 @@ TXN_EVENTS = int(os.environ.get("BENCH_TXN_EVENTS") or 0) or N
 OPEN_RATE = int(os.environ.get("BENCH_OPEN_RATE", "5000"))
 OPEN_SECONDS = int(os.environ.get("BENCH_OPEN_SECONDS", "10"))
 DEST_OPTIONS = os.environ.get("BENCH_DEST_OPTIONS") or "{}"
+MAX_CONCURRENCY = int(os.environ.get("BENCH_MAX_CONCURRENCY") or 256)
+SETTINGS = os.environ.get("BENCH_SETTINGS", "").replace(";", "\n")
 
 
 def free_port():
@@ -249,7 +253,7 @@ def main():
     os.chmod(tmp, 0o777)
     nginx_port = start_nginx(tmp)
     url = f"http://127.0.0.1:{nginx_port}/hook"
-    data, dsn = start_cluster(tmp, WORKERS)
+    data, dsn = start_cluster(tmp, WORKERS, extra=SETTINGS)
     results = {}
     try:
         conn = psycopg2.connect(dsn)
@@ -257,7 +261,7 @@ def main():
         cur = conn.cursor()
         cur.execute(f"""
 CREATE EXTENSION outbox_pg;
-INSERT INTO outbox.destinations (name, url, max_concurrency, paused, options) VALUES ('bench', '{url}', 256, true, '{DEST_OPTIONS}');
+INSERT INTO outbox.destinations (name, url, max_concurrency, paused, options) VALUES ('bench', '{url}', {MAX_CONCURRENCY}, true, '{DEST_OPTIONS}');
 INSERT INTO outbox.routes (pattern, destination) VALUES ('*', 'bench');
 CREATE TABLE app_outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), type text NOT NULL,
                          payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
