@@ -242,22 +242,27 @@ outbox_requeue(PG_FUNCTION_ARGS)
  * claim copies them to outbox.retries, whose lease takes each aggregate's
  * head in order (see retries_lease_sql).  For a plain destination the
  * ordered flag (an InitPlan, once per claim) short-circuits every probe.
+ *
+ * The deferred events of the range are grouped per aggregate (dk: its
+ * first deferred id; ids order as their text does) and joined, not probed
+ * per event: a correlated EXISTS over the range scanned the whole range
+ * for each of its events, and a transaction of 20,000 events to an
+ * ordered destination was claimed for minutes.
  */
+#define STORE_ORDERED_SQL \
+"(SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'" \
+"                 OPERATOR(pg_catalog.=) 'aggregate', false)" \
+"   FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $1)"
 #define STORE_FLAGS_SQL \
 "SELECT e.*, NOT (e.deferred OR e.held OR $6) AS send FROM (" \
 "  SELECT r.*," \
 "         COALESCE(r.not_before OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS deferred," \
 "         (r.ordering_key IS NOT NULL" \
-"          AND (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'" \
-"                                 OPERATOR(pg_catalog.=) 'aggregate', false)" \
-"                 FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $1)" \
+"          AND " STORE_ORDERED_SQL \
 "          AND (EXISTS (SELECT 1 FROM outbox.retries AS p" \
 "                        WHERE p.destination OPERATOR(pg_catalog.=) $1" \
 "                          AND p.ordering_key OPERATOR(pg_catalog.=) r.ordering_key)" \
-"               OR EXISTS (SELECT 1 FROM ev AS q" \
-"                           WHERE q.ordering_key OPERATOR(pg_catalog.=) r.ordering_key" \
-"                             AND q.id OPERATOR(pg_catalog.<) r.id" \
-"                             AND q.not_before OPERATOR(pg_catalog.>) pg_catalog.now())" \
+"               OR COALESCE(dk.first_deferred OPERATOR(pg_catalog.<) r.id, false)" \
 "               OR ((SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'on_dead', 'block')" \
 "                                     OPERATOR(pg_catalog.=) 'block'" \
 "                      FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $1)" \
@@ -272,7 +277,16 @@ outbox_requeue(PG_FUNCTION_ARGS)
 "                                    AND a.aggregate_id OPERATOR(pg_catalog.=) r.ordering_key)," \
 "                                '00000000-0000-0000-0000-000000000000'::pg_catalog.uuid)))))" \
 "           AS held" \
-"    FROM ev AS r) AS e"
+"    FROM ev AS r" \
+"    LEFT JOIN (SELECT q.ordering_key," \
+"                      pg_catalog.min(q.id::pg_catalog.text COLLATE \"C\")::pg_catalog.uuid" \
+"                      AS first_deferred" \
+"                 FROM ev AS q" \
+"                WHERE q.not_before OPERATOR(pg_catalog.>) pg_catalog.now()" \
+"                  AND q.ordering_key IS NOT NULL" \
+"                  AND " STORE_ORDERED_SQL \
+"                GROUP BY q.ordering_key) AS dk" \
+"           ON dk.ordering_key OPERATOR(pg_catalog.=) r.ordering_key) AS e"
 
 static const char *claim_lock_sql =
 "SELECT 1 FROM outbox.streams AS s"

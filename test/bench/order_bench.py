@@ -8,7 +8,9 @@ cluster, side by side in one run:
                 unordered and to an ordered destination (paused), then each
                 destination resumed alone: events/s until all published.
                 Rounds alternate unordered/ordered; the ratio is per round.
-  storage   the unordered throughput and what the lease and ack wrote,
+  storage   (0.2 and 0.3 only: outbox.events is a view over the
+                insert-only store since 0.4.0, see backlog_bench.py) the
+                unordered throughput and what the lease and ack wrote,
                 with fillfactor 100 (no room for HOT) and 50 (the default),
                 alternating, same run; HOT share of updates from
                 pg_stat_user_tables.
@@ -17,8 +19,10 @@ cluster, side by side in one run:
   steady    (b) STEADY_EVENTS events emitted at a sustained rate (STEADY_RATE
                 per second, 100 per transaction) while the relay delivers
                 them and retention (outbox.retention = STEADY_RETENTION s)
-                deletes them; table + index size and dead tuples at 10% of
-                the events and at the end.
+                removes them; the store's size at 10% of the events and at
+                the end (0.4.0: the log's slots, their indexes, the
+                bookkeeping tables, the log's rows; before: outbox.events,
+                its indexes, live and dead rows).
 
 Environment: PG_BIN (bin directory of the PostgreSQL to use), BENCH_EVENTS
 (100000), BENCH_ROUNDS (2), BENCH_WORKERS (2), STEADY_EVENTS (1000000),
@@ -71,12 +75,37 @@ def emit_backlog(cur, dest, n):
                 f" destination => %s)) FROM generate_series(1, %s) g", (dest, n))
 
 
+def events_is_table(cur):
+    """outbox.events is a table before 0.4.0, a view over the store since."""
+    cur.execute("SELECT relkind = 'r' FROM pg_class WHERE oid = 'outbox.events'::regclass")
+    return cur.fetchone()[0]
+
+
+def vacuum_events(cur):
+    if events_is_table(cur):
+        cur.execute("VACUUM ANALYZE outbox.events")
+
+
 def table_stats(cur):
-    cur.execute("""
+    """Before 0.4.0: outbox.events' size, its indexes' size, live, dead,
+    updated and HOT-updated rows.  Since: the log's slots, their indexes,
+    the bookkeeping tables (batches, batch_acks, retries, settled_events,
+    with their indexes), the log's rows (a truncation resets them)."""
+    if events_is_table(cur):
+        cur.execute("""
 SELECT pg_relation_size('outbox.events'), pg_indexes_size('outbox.events'),
        n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd
   FROM pg_stat_user_tables WHERE relid = 'outbox.events'::regclass""")
-    return cur.fetchone()
+        return cur.fetchone()
+    cur.execute("""
+SELECT sum(pg_relation_size(c.oid)) FILTER (WHERE c.relname LIKE 'log\\__'),
+       sum(pg_indexes_size(c.oid)) FILTER (WHERE c.relname LIKE 'log\\__'),
+       sum(s.n_live_tup) FILTER (WHERE c.relname LIKE 'log\\__'),
+       sum(pg_total_relation_size(c.oid)) FILTER (WHERE c.relname NOT LIKE 'log\\__'), 0, 0
+  FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
+ WHERE c.relnamespace = 'outbox'::regnamespace
+   AND c.relname IN ('log_0', 'log_1', 'log_2', 'batches', 'batch_acks', 'retries', 'settled_events')""")
+    return tuple(int(v) for v in cur.fetchone())
 
 
 def bench_ordering(cur, url):
@@ -88,13 +117,14 @@ INSERT INTO outbox.destinations (name, url, max_concurrency, paused, options) VA
     for r in range(ROUNDS):
         emit_backlog(cur, "unordered", N)
         emit_backlog(cur, "ordered", N)
-        cur.execute("VACUUM ANALYZE outbox.events")
+        vacuum_events(cur)
         u = drain(cur, "unordered", N)
         o = drain(cur, "ordered", N)
         print(f"  round {r + 1}: unordered {u:.0f}/s, ordered {o:.0f}/s", file=sys.stderr, flush=True)
         rows.append((u, o))
-        cur.execute("DELETE FROM outbox.events")
-        cur.execute("VACUUM outbox.events")
+        if events_is_table(cur):
+            cur.execute("DELETE FROM outbox.events")
+            cur.execute("VACUUM outbox.events")
     print()
     print(f"(a) Ordered vs unordered delivery — {N} events over {AGGREGATES} aggregates per round, "
           f"{WORKERS} relay workers, max_concurrency 256, nginx 204 sink")
@@ -106,6 +136,10 @@ INSERT INTO outbox.destinations (name, url, max_concurrency, paused, options) VA
 
 
 def bench_storage(cur, url):
+    if not events_is_table(cur):
+        print("storage: outbox.events is a view over the insert-only store since 0.4.0, nothing is updated "
+              "in place; test/bench/run backlog reports the store's size")
+        return
     cur.execute(f"INSERT INTO outbox.destinations (name, url, max_concurrency, paused) VALUES ('plain', '{url}', 256, true)")
     rows = []
     for r in range(ROUNDS):
@@ -137,7 +171,7 @@ def bench_throughput(cur, url):
     """Plain relay throughput, the table as the installed version creates it."""
     cur.execute(f"INSERT INTO outbox.destinations (name, url, max_concurrency, paused) VALUES ('plain', '{url}', 256, true)")
     emit_backlog(cur, "plain", N)
-    cur.execute("VACUUM ANALYZE outbox.events")
+    vacuum_events(cur)
     cur.execute("SELECT array_agg(pid) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
     pids = cur.fetchone()[0] or []
     cpu0 = sum(cpu_seconds(p) or 0 for p in pids)
@@ -158,9 +192,10 @@ def bench_steady(cur, dsn, url):
         c.autocommit = True
         k = c.cursor()
         while not stop.is_set():
-            k.execute("SELECT count(*) FILTER (WHERE status = 'pending') FROM outbox.events")
-            samples.setdefault("max_pending", 0)
-            samples["max_pending"] = max(samples["max_pending"], k.fetchone()[0])
+            # emitted so far less the workers' published counters: counting
+            # the pending rows would compete with the relay for the CPU
+            pending = samples.get("emitted", 0) - published(k)
+            samples["max_pending"] = max(samples.get("max_pending", 0), pending)
             time.sleep(1.0)
         c.close()
 
@@ -174,6 +209,7 @@ def bench_steady(cur, dsn, url):
         cur.execute("SELECT count(outbox.emit('steady.event', (g %% %s)::text, %s)) FROM generate_series(1, %s) g",
                     (AGGREGATES, PAYLOAD, per_tx))
         emitted += per_tx
+        samples["emitted"] = emitted
         due = t0 + emitted / STEADY_RATE
         now = time.time()
         if due > now:
@@ -186,10 +222,7 @@ def bench_steady(cur, dsn, url):
                 samples[name] = table_stats(cur) + (time.time() - t0,)
                 print(f"  {name}: {emitted} emitted", file=sys.stderr, flush=True)
     emit_elapsed = time.time() - t0
-    while True:
-        cur.execute("SELECT count(*) FROM outbox.events WHERE status = 'pending'")
-        if cur.fetchone()[0] == 0:
-            break
+    while published(cur) < STEADY_EVENTS:
         time.sleep(0.2)
     drain_elapsed = time.time() - t0
     stop.set()
@@ -205,12 +238,20 @@ def bench_steady(cur, dsn, url):
           f"all delivered after {drain_elapsed:.0f} s; most pending seen {samples.get('max_pending', 0)}")
     print(f"in-flight working set ≈ retention × rate + pending = {STEADY_RETENTION * STEADY_RATE + samples.get('max_pending', 0)} rows")
     print()
-    print("| | events emitted | table MB | indexes MB | live rows | dead rows |")
+    if events_is_table(cur):
+        print("| | events emitted | table MB | indexes MB | live rows | dead rows |")
+    else:
+        print("| | events emitted | log MB | log indexes MB | log rows | bookkeeping tables MB |")
     print("|---|---|---|---|---|---|")
     for name, mark in (("at 10%", STEADY_EVENTS // 10), ("at the end", STEADY_EVENTS)):
         s = samples[name]
-        print(f"| {name} | {mark} | {s[0] / 1e6:.1f} | {s[1] / 1e6:.1f} | {s[2]} | {s[3]} |")
-    print(f"| after the drain | {STEADY_EVENTS} | {final[0] / 1e6:.1f} | {final[1] / 1e6:.1f} | {final[2]} | {final[3]} |")
+        print(f"| {name} | {mark} | {s[0] / 1e6:.1f} | {s[1] / 1e6:.1f} | {s[2]} | {stat4(cur, s[3])} |")
+    print(f"| after the drain | {STEADY_EVENTS} | {final[0] / 1e6:.1f} | {final[1] / 1e6:.1f} | {final[2]} | {stat4(cur, final[3])} |")
+
+
+def stat4(cur, v):
+    """table_stats' fourth value: dead rows, or the bookkeeping tables' bytes (0.4.0)."""
+    return v if events_is_table(cur) else f"{v / 1e6:.1f}"
 
 
 def main():

@@ -159,6 +159,22 @@ SELECT type FROM outbox._claim(10, '0 s', 'so') ORDER BY type;
 SELECT type FROM outbox._claim_recover('1 min', 'so') ORDER BY type;
 DELETE FROM outbox.destinations WHERE name = 'so';
 
+-- one transaction of 20,000 events to an ordered destination, over 1,000
+-- aggregates, one of them deferred: a single claim, in well under the
+-- timeout (an earlier claim probed the whole range for each of its events
+-- and took about a minute); the deferred event's later one is held
+INSERT INTO outbox.destinations (name, url, options)
+VALUES ('sb', 'http://127.0.0.1:9/sb', '{"ordering": "aggregate"}');
+SELECT count(outbox.emit('sb.e', 'agg-' || (g % 1000), '{}', destination => 'sb',
+                         not_before => CASE WHEN g = 500 THEN now() + interval '1 hour' END)) AS emitted
+  FROM generate_series(1, 20000) AS g;
+SET statement_timeout = '10s';
+SELECT count(*) AS sent FROM outbox._claim(100, '1 min', 'sb');
+RESET statement_timeout;
+SELECT count(*) AS held_or_deferred, count(*) FILTER (WHERE aggregate_id = 'agg-500') AS of_agg_500
+  FROM outbox.retries WHERE destination = 'sb';
+DELETE FROM outbox.destinations WHERE name = 'sb';
+
 -- errors and edge cases
 SELECT * FROM outbox._claim(0, '1 min', 'sc');
 SELECT * FROM outbox._claim(NULL, '1 min', 'sc');
