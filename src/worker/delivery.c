@@ -1583,6 +1583,62 @@ delivery_free_batch(RelayBatch *b)
 	MemoryContextDelete(b->context);
 }
 
+/* an event of a claimed batch and its place in it, for the sort below */
+typedef struct ChainEntry
+{
+	const char *aggregate_id;
+	uint64		pos;
+	RelayEvent *ev;
+} ChainEntry;
+
+static int
+chain_entry_cmp(const void *a, const void *b)
+{
+	const ChainEntry *x = a;
+	const ChainEntry *y = b;
+	int			c = strcmp(x->aggregate_id, y->aggregate_id);
+
+	if (c != 0)
+		return c;
+	return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/*
+ * Chain each event of a claimed batch of an ordered destination behind the
+ * previous event of its aggregate in the batch, which it waits for
+ * (blocked).  Sorted by aggregate, then position: a claim takes whole
+ * transactions, so a batch can hold tens of thousands of events, and a
+ * search back from each event for its aggregate's previous one was
+ * quadratic in the worst case.
+ */
+static void
+delivery_chain_aggregates(RelayEvent **evs, uint64 n)
+{
+	ChainEntry *entries = palloc(Max(n, 1) * sizeof(ChainEntry));
+	uint64		m = 0;
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		if (evs[i]->msg.aggregate_id == NULL)
+			continue;
+		entries[m].aggregate_id = evs[i]->msg.aggregate_id;
+		entries[m].pos = i;
+		entries[m].ev = evs[i];
+		m++;
+	}
+	if (m > 1)
+		qsort(entries, m, sizeof(ChainEntry), chain_entry_cmp);
+	for (uint64 k = 1; k < m; k++)
+	{
+		if (strcmp(entries[k - 1].aggregate_id, entries[k].aggregate_id) != 0)
+			continue;
+		entries[k - 1].ev->chain_next = entries[k].ev;
+		entries[k].ev->chain_prev = entries[k - 1].ev;
+		entries[k].ev->blocked = true;
+	}
+	pfree(entries);
+}
+
 /*
  * Make events of the n rows in SPI_tuptable (a retries lease when batch is
  * NULL, else a claimed batch) and queue them, in order, on the
@@ -1615,25 +1671,11 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
 		unread->events = lappend(unread->events, ev);
 		MemoryContextSwitchTo(old);
 		evs[i] = ev;
-		if (batch != NULL && d->ordered && ev->msg.aggregate_id != NULL)
-		{
-			/* the batch is at most max_concurrency long: n^2 is small */
-			for (int64 j = (int64) i - 1; j >= 0; j--)
-			{
-				if (evs[j]->msg.aggregate_id != NULL &&
-					strcmp(evs[j]->msg.aggregate_id, ev->msg.aggregate_id) == 0)
-				{
-					evs[j]->chain_next = ev;
-					ev->chain_prev = evs[j];
-					ev->blocked = true;
-					break;
-				}
-			}
-		}
-
 		dlist_push_tail(&rd->waiting, &ev->wait_node);
 		ev->waiting = true;
 	}
+	if (batch != NULL && d->ordered)
+		delivery_chain_aggregates(evs, n);
 	pfree(evs);
 }
 
