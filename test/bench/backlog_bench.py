@@ -26,9 +26,7 @@ import sys
 import tempfile
 import time
 
-import psycopg2
-
-from relay_bench import BIN, PAYLOAD, cpu_seconds, rss_kb, start_cluster, start_nginx
+from relay_bench import BIN, PAYLOAD, bench_destination, cpu_seconds, published, rss_kb, start_cluster, start_nginx
 
 BACKLOGS = [int(x) for x in os.environ.get("BENCH_BACKLOGS", "100000,1000000,100000").split(",")]
 TXN_EVENTS = int(os.environ.get("BENCH_TXN_EVENTS") or 100)
@@ -49,11 +47,6 @@ def store(cur):
     """(log tables, log indexes, bookkeeping tables with their indexes), MB."""
     cur.execute(STORE_SQL)
     return tuple(float(v) / 1e6 for v in cur.fetchone())
-
-
-def published(cur):
-    cur.execute("SELECT coalesce(sum(published), 0) FROM outbox.workers() WHERE database = 'postgres'")
-    return int(cur.fetchone()[0])
 
 
 def relay_pids(cur):
@@ -122,15 +115,7 @@ def main():
     data, dsn = start_cluster(tmp, WORKERS, poll_interval="1s", extra="outbox.retention = '1h'")
     rows = []
     try:
-        conn = psycopg2.connect(dsn)
-        conn.autocommit = True
-        cur = conn.cursor()
-        cur.execute(f"""
-CREATE EXTENSION outbox_pg;
-INSERT INTO outbox.destinations (name, url, max_concurrency, paused, options)
-VALUES ('bench', '{url}', 256, true, '{DEST_OPTIONS}');
-INSERT INTO outbox.routes (pattern, destination) VALUES ('*', 'bench');
-""")
+        cur = bench_destination(dsn, url, 256, DEST_OPTIONS)
         time.sleep(2)
         for n in BACKLOGS:
             t0 = time.time()

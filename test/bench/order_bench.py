@@ -40,7 +40,7 @@ import time
 import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay_bench import BIN, PAYLOAD, cpu_seconds, free_port, start_cluster, start_nginx  # noqa: E402
+from relay_bench import BIN, PAYLOAD, cpu_seconds, free_port, published, start_cluster, start_nginx  # noqa: E402
 
 N = int(os.environ.get("BENCH_EVENTS", "100000"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
@@ -50,11 +50,6 @@ STEADY_RATE = int(os.environ.get("STEADY_RATE", "4000"))
 STEADY_RETENTION = int(os.environ.get("STEADY_RETENTION", "5"))
 STEADY_NAPTIME = int(os.environ.get("STEADY_NAPTIME", "10"))
 AGGREGATES = 1000
-
-
-def published(cur):
-    cur.execute("SELECT coalesce(sum(published), 0) FROM outbox.workers() WHERE database = 'postgres'")
-    return int(cur.fetchone()[0])
 
 
 def drain(cur, dest, n):

@@ -176,6 +176,30 @@ outbox.discovery_interval = 1
     return data, f"host={tmp} port={port} dbname=postgres"
 
 
+def published(cur):
+    """Events the database's relay workers published, from their counters in
+    shared memory (counting rows would compete with the relay for the CPU).
+    Also used by backlog_bench.py and order_bench.py."""
+    cur.execute("SELECT coalesce(sum(published), 0) FROM outbox.workers() WHERE database = 'postgres'")
+    return int(cur.fetchone()[0])
+
+
+def bench_destination(dsn, url, max_concurrency=256, options="{}"):
+    """Connects (autocommit), creates the extension and a paused destination
+    'bench' that every event type routes to; returns the cursor.  Also used
+    by backlog_bench.py."""
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    cur = conn.cursor()
+    cur.execute(f"""
+CREATE EXTENSION outbox_pg;
+INSERT INTO outbox.destinations (name, url, max_concurrency, paused, options)
+VALUES ('bench', '{url}', {max_concurrency}, true, '{options}');
+INSERT INTO outbox.routes (pattern, destination) VALUES ('*', 'bench');
+""")
+    return cur
+
+
 def emit_backlog(cur):
     """N events to the route's destination, TXN_EVENTS per transaction."""
     for first in range(0, N, TXN_EVENTS):
@@ -256,13 +280,8 @@ def main():
     data, dsn = start_cluster(tmp, WORKERS, extra=SETTINGS)
     results = {}
     try:
-        conn = psycopg2.connect(dsn)
-        conn.autocommit = True
-        cur = conn.cursor()
-        cur.execute(f"""
-CREATE EXTENSION outbox_pg;
-INSERT INTO outbox.destinations (name, url, max_concurrency, paused, options) VALUES ('bench', '{url}', {MAX_CONCURRENCY}, true, '{DEST_OPTIONS}');
-INSERT INTO outbox.routes (pattern, destination) VALUES ('*', 'bench');
+        cur = bench_destination(dsn, url, MAX_CONCURRENCY, DEST_OPTIONS)
+        cur.execute("""
 CREATE TABLE app_outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), type text NOT NULL,
                          payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
                          published_at timestamptz);
