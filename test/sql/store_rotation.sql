@@ -70,7 +70,7 @@ UPDATE outbox.rotation SET slot = 0;
 -- a large slot: 100,000 acknowledged events in 1,000 batches.  The check
 -- reads each destination's acknowledged-through snapshot once and the slot
 -- through its index; it once evaluated the snapshot's subqueries for every
--- row of the slot (hours for this one: the timeout below fails it).
+-- row of the slot (over a minute for this one: the timeout below fails it).
 INSERT INTO outbox.destinations (name, url) VALUES ('rt_big', 'http://127.0.0.1:9/big');
 SELECT slot FROM outbox.rotation;
 DO $$
