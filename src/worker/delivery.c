@@ -1982,7 +1982,7 @@ delivery_lease_one(LoadedDestination *d, TimestampTz now, Interval *lease,
 	if (want <= 0)
 		return;
 
-	n = OutboxStoreRetriesLease(want, lease, d->name);
+	n = OutboxStoreRetriesLease(want, lease, d->name, d->ordered);
 	if (n > 0)
 		delivery_queue_rows(d, rd, probe, NULL, n);
 	held_back = (n < (uint64) want && d->ordered && rd->batches > 0);

@@ -122,7 +122,7 @@ extern bool OutboxStoreClaimAck(const char *destination, int64 seq,
 extern uint64 OutboxStoreClaimRecover(Interval *lease, const char *destination,
 									  int64 low_seq, bool relay);
 extern uint64 OutboxStoreRetriesLease(int batch_size, Interval *lease,
-									  const char *destination);
+									  const char *destination, bool ordered);
 extern uint64 OutboxStoreRetriesAck(Datum ids);
 extern uint64 OutboxStoreRetriesRetry(Datum ids, Datum next_at, Datum statuses,
 									  Datum errors, Datum leases,

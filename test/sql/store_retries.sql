@@ -58,6 +58,42 @@ INSERT INTO outbox.aggregate_releases (destination, aggregate_id, released_throu
 VALUES ('sr', 'k3', pg_temp.id(15));
 SELECT type FROM outbox._retries_lease(10, '1 min', 'sr') ORDER BY type;
 
+-- many copies behind few heads: the first look (4 x the batch + 64 due
+-- copies) finds one head among 500 copies of 'a', so the heads come from a
+-- skip scan of the aggregates, and copies without one are looked up too
+INSERT INTO outbox.destinations (name, url, options)
+VALUES ('sh', 'http://127.0.0.1:9/sh', '{"ordering": "aggregate"}');
+SELECT count(*) AS copies FROM (SELECT pg_temp.copy(1000 + g, 'sh', 'a') FROM generate_series(1, 500) AS g) AS c;
+SELECT count(*) AS copies FROM (SELECT pg_temp.copy(2000 + g, 'sh', 'k' || g) FROM generate_series(1, 5) AS g) AS c;
+SELECT pg_temp.copy(3001, 'sh'), pg_temp.copy(3002, 'sh', 'k6', delay => '1 hour');
+SELECT type FROM outbox._retries_lease(10, '1 min', 'sh') ORDER BY type;
+SELECT count(*) AS leased_again FROM outbox._retries_lease(10, '1 min', 'sh');
+SELECT outbox._retries_ack(ARRAY[pg_temp.id(1001), pg_temp.id(2003)]) AS acked;
+SELECT type FROM outbox._retries_lease(10, '1 min', 'sh') ORDER BY type;
+-- in due order when more heads are due than asked for
+UPDATE outbox.retries SET leased_until = NULL WHERE destination = 'sh';
+SELECT type FROM outbox._retries_lease(3, '1 min', 'sh') ORDER BY type;
+-- 100,000 copies of one aggregate whose head is not due: twenty leases
+-- take well under the timeout (each once probed every copy: 0.9 s)
+DELETE FROM outbox.retries WHERE destination = 'sh';
+INSERT INTO outbox.retries (id, type, aggregate_id, payload, destination, ordering_key,
+                            created_at, attempts, due_at)
+SELECT pg_temp.id(10000 + g), 'sh.held', 'h', '{}', 'sh', 'h', now(), 0,
+       CASE WHEN g = 1 THEN now() + interval '1 hour' ELSE now() END
+  FROM generate_series(1, 100000) AS g;
+SELECT pg_temp.copy(3003, 'sh', 'k7');
+ANALYZE outbox.retries;
+SET statement_timeout = '5s';
+DO $$
+BEGIN
+    FOR i IN 1 .. 20 LOOP
+        PERFORM outbox._retries_lease(10, '0 s', 'sh');
+    END LOOP;
+END $$;
+RESET statement_timeout;
+SELECT type, attempts FROM outbox.retries WHERE destination = 'sh' AND attempts > 0 ORDER BY type;
+DELETE FROM outbox.destinations WHERE name = 'sh';
+
 -- a failure acknowledged with its batch comes back through the retries
 INSERT INTO outbox.log_0 (id, xid, type, payload, destination, created_at)
 VALUES (gen_random_uuid(), pg_current_xact_id(), 'sp.failed', '{}', 'sp', now());
