@@ -2714,6 +2714,17 @@ DeliveryRecord(List *done)
 			}
 			else
 				record_rows_add(&dead, ev, now, relay_error_text(ev));
+
+			/*
+			 * On an ordered destination the copy behind this one in its
+			 * aggregate may be the head now: leased at once, not when a
+			 * sweep finds it (a sweep is paced by its cost, which a large
+			 * retries table raises: a spilled backlog of 100,000 copies of
+			 * 100 aggregates drained one head per aggregate every 16 s).
+			 */
+			if (outcome != OUTCOME_RETRY && ev->loaded->ordered &&
+				ev->msg.aggregate_id != NULL)
+				delivery_note_retry(ev->dest, now);
 			continue;
 		}
 
