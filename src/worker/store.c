@@ -1149,14 +1149,17 @@ outbox__claim_recover(PG_FUNCTION_ARGS)
  * a dead one moves to outbox.dead_events.
  */
 /*
- * Whether copy c may be leased now: due, not leased, and on an ordered
- * destination the head of its aggregate (see above).
+ * Whether copy c of destination $3 is due and not leased, and whether it
+ * may be leased now: also, on an ordered destination, the head of its
+ * aggregate (see above).
  */
-#define RETRIES_ELIGIBLE_SQL \
+#define RETRIES_DUE_SQL \
 "           c.destination OPERATOR(pg_catalog.=) $3" \
 "           AND c.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()" \
 "           AND (c.leased_until IS NULL" \
-"                OR c.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())" \
+"                OR c.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())"
+#define RETRIES_ELIGIBLE_SQL \
+RETRIES_DUE_SQL \
 "           AND (NOT (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'" \
 "                                                OPERATOR(pg_catalog.=) 'aggregate', false)" \
 "                       FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $3)" \
@@ -1226,10 +1229,7 @@ static const char *retries_lease_ordered_sql =
 "     a AS MATERIALIZED ("
 "         SELECT c.ctid AS tid, (" RETRIES_ELIGIBLE_SQL ") AS ok"
 "           FROM outbox.retries AS c"
-"          WHERE c.destination OPERATOR(pg_catalog.=) $3"
-"            AND c.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
-"            AND (c.leased_until IS NULL"
-"                 OR c.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())"
+"          WHERE " RETRIES_DUE_SQL
 "          ORDER BY c.due_at"
 "          LIMIT ($1 OPERATOR(pg_catalog.*) 4 OPERATOR(pg_catalog.+) 64)),"
 "     more AS MATERIALIZED ("
@@ -1258,12 +1258,9 @@ static const char *retries_lease_ordered_sql =
 "          WHERE k.key IS NOT NULL),"
 "     n AS ("
 "         SELECT c.ctid AS tid FROM outbox.retries AS c"
-"          WHERE c.destination OPERATOR(pg_catalog.=) $3"
+"          WHERE " RETRIES_DUE_SQL
 "            AND c.ordering_key IS NULL"
 "            AND (SELECT m.needed FROM more AS m)"
-"            AND c.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
-"            AND (c.leased_until IS NULL"
-"                 OR c.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())"
 "          ORDER BY c.due_at, c.id LIMIT $1)"
 RETRIES_LEASE_SET_SQL
 " WHERE e.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
@@ -1410,14 +1407,9 @@ store_destination_ordered(Datum destination)
 	Datum		args[1] = {destination};
 	bool		isnull;
 
-	if (SPI_execute_with_args("SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'"
-							  "                OPERATOR(pg_catalog.=) 'aggregate', false)"
-							  "  FROM outbox.destinations AS d"
-							  " WHERE d.name OPERATOR(pg_catalog.=) $1",
+	if (SPI_execute_with_args("SELECT COALESCE(" STORE_ORDERED_SQL ", false)",
 							  1, types, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "outbox statement failed");
-	if (SPI_processed == 0)
-		return false;
 	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 									  1, &isnull));
 }
