@@ -946,13 +946,32 @@ OutboxStoreClaimRecover(Interval *lease, const char *destination, int64 low_seq,
  * finds nothing, at most once per sweep.  Paused destinations are not
  * looked at (a relay does not claim them; once resumed, the next sweep
  * finds their work).
+ *
+ * outbox.retries is looked at per destination that has copies there (a
+ * skip scan of its destinations), each asked for its first due copy that
+ * is not leased in retries_due_idx: reading every due copy, as this did,
+ * cost 250-550 ms per sweep with 100,000 copies of a paused destination's
+ * backlog (the rotation spills it there), every sweep paced by that for
+ * every destination (1 ms now).
  */
 #define DUE_WITHOUT_LOG_SQL \
+"WITH RECURSIVE rd (destination) AS (" \
+"    (SELECT r.destination FROM outbox.retries AS r" \
+"      ORDER BY r.destination LIMIT 1)" \
+"    UNION ALL" \
+"    SELECT (SELECT r.destination FROM outbox.retries AS r" \
+"             WHERE r.destination OPERATOR(pg_catalog.>) rd.destination" \
+"             ORDER BY r.destination LIMIT 1)" \
+"      FROM rd WHERE rd.destination IS NOT NULL) " \
 "SELECT DISTINCT x.destination" \
-"  FROM (SELECT r.destination FROM outbox.retries AS r" \
-"         WHERE r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()" \
-"           AND (r.leased_until IS NULL" \
-"                OR r.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())" \
+"  FROM (SELECT rd.destination FROM rd" \
+"         WHERE rd.destination IS NOT NULL" \
+"           AND (SELECT r.due_at FROM outbox.retries AS r" \
+"                 WHERE r.destination OPERATOR(pg_catalog.=) rd.destination" \
+"                   AND r.due_at OPERATOR(pg_catalog.<=) pg_catalog.now()" \
+"                   AND (r.leased_until IS NULL" \
+"                        OR r.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())" \
+"                 ORDER BY r.due_at LIMIT 1) IS NOT NULL" \
 "        UNION ALL " \
 "        SELECT b.destination FROM outbox.batches AS b" \
 "         WHERE b.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()" \
