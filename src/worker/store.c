@@ -950,9 +950,9 @@ OutboxStoreClaimRecover(Interval *lease, const char *destination, int64 low_seq,
  * outbox.retries is looked at per destination that has copies there (a
  * skip scan of its destinations), each asked for its first due copy that
  * is not leased in retries_due_idx: reading every due copy, as this did,
- * cost 250-550 ms per sweep with 100,000 copies of a paused destination's
- * backlog (the rotation spills it there), every sweep paced by that for
- * every destination (1 ms now).
+ * cost 136 ms per sweep with 100,000 copies of a paused destination's
+ * backlog (the rotation spills it there; psql, no JIT), and the sweep is
+ * paced by its cost for every destination (1 ms now).
  */
 #define DUE_WITHOUT_LOG_SQL \
 "WITH RECURSIVE rd (destination) AS (" \

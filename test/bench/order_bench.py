@@ -8,6 +8,11 @@ cluster, side by side in one run:
                 unordered and to an ordered destination (paused), then each
                 destination resumed alone: events/s until all published.
                 Rounds alternate unordered/ordered; the ratio is per round.
+                A third ordered destination has one aggregate held: its
+                first event deferred by an hour, BENCH_HELD (10,000) events
+                of it behind that one in outbox.retries, analyzed (as
+                autovacuum would); the same N events of the other
+                aggregates drain past it.
   storage   (0.2 and 0.3 only: outbox.events is a view over the
                 insert-only store since 0.4.0, see backlog_bench.py) the
                 unordered throughput and what the lease and ack wrote,
@@ -25,7 +30,7 @@ cluster, side by side in one run:
                 its indexes, live and dead rows).
 
 Environment: PG_BIN (bin directory of the PostgreSQL to use), BENCH_EVENTS
-(100000), BENCH_ROUNDS (2), BENCH_WORKERS (2), STEADY_EVENTS (1000000),
+(100000), BENCH_ROUNDS (2), BENCH_WORKERS (2), BENCH_HELD (10000), STEADY_EVENTS (1000000),
 STEADY_RATE (4000), STEADY_RETENTION (5), STEADY_NAPTIME (autovacuum_naptime
 in seconds, 10; the server default of 60 lets dead rows pile up at this rate).  A benchmark, not a test.
 """
@@ -45,6 +50,7 @@ from relay_bench import BIN, PAYLOAD, cpu_seconds, free_port, published, start_c
 N = int(os.environ.get("BENCH_EVENTS", "100000"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
+HELD = int(os.environ.get("BENCH_HELD", "10000"))
 STEADY_EVENTS = int(os.environ.get("STEADY_EVENTS", "1000000"))
 STEADY_RATE = int(os.environ.get("STEADY_RATE", "4000"))
 STEADY_RETENTION = int(os.environ.get("STEADY_RETENTION", "5"))
@@ -103,31 +109,65 @@ SELECT sum(pg_relation_size(c.oid)) FILTER (WHERE c.relname LIKE 'log\\__'),
     return tuple(int(v) for v in cur.fetchone())
 
 
+def hold_aggregate(cur, dest):
+    """One aggregate of dest held: its first event deferred by an hour,
+    HELD events of it behind that one, copied to outbox.retries by the
+    relay's claims (dest resumed until they are there)."""
+    cur.execute("SELECT outbox.emit('bench.held', 'held', '{}', destination => %s,"
+                " not_before => now() + interval '1 hour')", (dest,))
+    cur.execute(f"SELECT count(outbox.emit('bench.held', 'held', '{PAYLOAD}', destination => %s))"
+                f" FROM generate_series(1, %s) g", (dest, HELD))
+    cur.execute("UPDATE outbox.destinations SET paused = false WHERE name = %s", (dest,))
+    while True:
+        cur.execute("SELECT count(*) FROM outbox.retries WHERE destination = %s", (dest,))
+        if cur.fetchone()[0] >= HELD + 1:
+            break
+        time.sleep(0.1)
+    cur.execute("UPDATE outbox.destinations SET paused = true WHERE name = %s", (dest,))
+    cur.execute("ANALYZE outbox.retries")
+
+
 def bench_ordering(cur, url):
     cur.execute(f"""
 INSERT INTO outbox.destinations (name, url, max_concurrency, paused, options) VALUES
   ('unordered', '{url}', 256, true, '{{}}'),
-  ('ordered', '{url}', 256, true, '{{"ordering": "aggregate"}}')""")
+  ('ordered', '{url}', 256, true, '{{"ordering": "aggregate"}}'),
+  ('held', '{url}', 256, true, '{{"ordering": "aggregate"}}')""")
+    if HELD:
+        hold_aggregate(cur, "held")
     rows = []
     for r in range(ROUNDS):
         emit_backlog(cur, "unordered", N)
         emit_backlog(cur, "ordered", N)
+        if HELD:
+            emit_backlog(cur, "held", N)
         vacuum_events(cur)
         u = drain(cur, "unordered", N)
         o = drain(cur, "ordered", N)
-        print(f"  round {r + 1}: unordered {u:.0f}/s, ordered {o:.0f}/s", file=sys.stderr, flush=True)
-        rows.append((u, o))
+        h = drain(cur, "held", N) if HELD else None
+        print(f"  round {r + 1}: unordered {u:.0f}/s, ordered {o:.0f}/s"
+              + (f", ordered with one held aggregate {h:.0f}/s" if HELD else ""), file=sys.stderr, flush=True)
+        rows.append((u, o, h))
         if events_is_table(cur):
             cur.execute("DELETE FROM outbox.events")
             cur.execute("VACUUM outbox.events")
     print()
     print(f"(a) Ordered vs unordered delivery — {N} events over {AGGREGATES} aggregates per round, "
-          f"{WORKERS} relay workers, max_concurrency 256, nginx 204 sink")
+          f"{WORKERS} relay workers, max_concurrency 256, nginx 204 sink"
+          + (f"; held: an ordered destination with one more aggregate held ({HELD} events in "
+             f"outbox.retries behind an event deferred by an hour)" if HELD else ""))
     print()
-    print("| round | unordered (events/s) | ordered (events/s) | ordered / unordered |")
-    print("|---|---|---|---|")
-    for i, (u, o) in enumerate(rows):
-        print(f"| {i + 1} | {u:.0f} | {o:.0f} | {o / u:.2f}x |")
+    if HELD:
+        print("| round | unordered (events/s) | ordered (events/s) | ordered / unordered "
+              "| held (events/s) | held / ordered |")
+        print("|---|---|---|---|---|---|")
+        for i, (u, o, h) in enumerate(rows):
+            print(f"| {i + 1} | {u:.0f} | {o:.0f} | {o / u:.2f}x | {h:.0f} | {h / o:.2f}x |")
+    else:
+        print("| round | unordered (events/s) | ordered (events/s) | ordered / unordered |")
+        print("|---|---|---|---|")
+        for i, (u, o, _) in enumerate(rows):
+            print(f"| {i + 1} | {u:.0f} | {o:.0f} | {o / u:.2f}x |")
 
 
 def bench_storage(cur, url):
