@@ -18,6 +18,13 @@ $$;
 CREATE FUNCTION pg_temp.id(n int) RETURNS uuid LANGUAGE sql AS $$
     SELECT ('00000000-0000-7000-8000-' || lpad(n::text, 12, '0'))::uuid
 $$;
+-- twenty leases of ten copies each, each lease run out at once
+CREATE FUNCTION pg_temp.twenty_leases(d text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1 .. 20 LOOP
+        PERFORM outbox._retries_lease(10, '0 s', d);
+    END LOOP;
+END $$;
 
 -- plain destination: due copies in due order, each lease an attempt
 SELECT pg_temp.copy(1, 'sp'), pg_temp.copy(2, 'sp'), pg_temp.copy(3, 'sp', delay => '1 hour');
@@ -84,12 +91,7 @@ SELECT pg_temp.id(10000 + g), 'sh.held', 'h', '{}', 'sh', 'h', now(), 0,
 SELECT pg_temp.copy(3003, 'sh', 'k7');
 ANALYZE outbox.retries;
 SET statement_timeout = '5s';
-DO $$
-BEGIN
-    FOR i IN 1 .. 20 LOOP
-        PERFORM outbox._retries_lease(10, '0 s', 'sh');
-    END LOOP;
-END $$;
+SELECT pg_temp.twenty_leases('sh');
 RESET statement_timeout;
 SELECT type, attempts FROM outbox.retries WHERE destination = 'sh' AND attempts > 0 ORDER BY type;
 -- and the heads of 300 other aggregates, due before them, which the
@@ -103,12 +105,7 @@ SELECT count(*) AS heads
 SET plan_cache_mode = force_generic_plan;
 SET jit = off;
 SET statement_timeout = '5s';
-DO $$
-BEGIN
-    FOR i IN 1 .. 20 LOOP
-        PERFORM outbox._retries_lease(10, '0 s', 'sh');
-    END LOOP;
-END $$;
+SELECT pg_temp.twenty_leases('sh');
 RESET statement_timeout;
 RESET plan_cache_mode;
 RESET jit;
