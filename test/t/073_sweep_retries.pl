@@ -95,12 +95,10 @@ ok($node->poll_query_until('postgres', q{
 	'the held aggregate is in outbox.retries');
 $node->safe_psql('postgres', q{SELECT pg_stat_statements_reset()});
 my $before = scalar(keys %{ fast_sink_ids($sink) });
-for my $i (1 .. 100)
-{
-	$node->safe_psql('postgres', qq{
-		SELECT count(outbox.emit('ord.e', 'a' || (g % 100), '{}', destination => 'ord'))
-		  FROM generate_series(1, 50) g});
-}
+# 100 transactions of 50 (psql runs each statement in its own)
+$node->safe_psql('postgres', join('', map { qq{
+	SELECT count(outbox.emit('ord.e', 'a' || (g % 100), '{}', destination => 'ord'))
+	  FROM generate_series(1, 50) g;} } 1 .. 100));
 ok(wait_until(sub { scalar(keys %{ fast_sink_ids($sink) }) >= $before + 5000 }, 60),
 	'5,000 events of other aggregates are delivered past it');
 my ($claims, $leases) = split /\|/, $node->safe_psql('postgres', q{
