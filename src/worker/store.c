@@ -249,10 +249,11 @@ outbox_requeue(PG_FUNCTION_ARGS)
  * for each of its events, and a transaction of 20,000 events to an
  * ordered destination was claimed for minutes.
  */
-#define STORE_ORDERED_SQL \
+#define STORE_ORDERED_OF_SQL(dest) \
 "(SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'" \
 "                 OPERATOR(pg_catalog.=) 'aggregate', false)" \
-"   FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $1)"
+"   FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) " dest ")"
+#define STORE_ORDERED_SQL STORE_ORDERED_OF_SQL("$1")
 /*
  * The probes of an ordered destination dest for an aggregate key: a copy
  * of it in outbox.retries (earlier than an id, or any), an unreleased dead
@@ -1212,9 +1213,7 @@ outbox__claim_recover(PG_FUNCTION_ARGS)
 "                OR c.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())"
 #define RETRIES_ELIGIBLE_SQL \
 RETRIES_DUE_SQL \
-"           AND (NOT (SELECT COALESCE(d.options OPERATOR(pg_catalog.->>) 'ordering'" \
-"                                                OPERATOR(pg_catalog.=) 'aggregate', false)" \
-"                       FROM outbox.destinations AS d WHERE d.name OPERATOR(pg_catalog.=) $3)" \
+"           AND (NOT " STORE_ORDERED_OF_SQL("$3") \
 "                OR c.ordering_key IS NULL" \
 "                OR (NOT " STORE_RETRIES_COPY_SQL("$3", "c.ordering_key", \
 												  " AND p.id OPERATOR(pg_catalog.<) c.id") \
