@@ -22,16 +22,11 @@ use Test::More;
 use Time::HiRes qw(time);
 
 my $sink = start_fast_sink();
-my $node = new_outbox_node('backlogtx', qq{
+my $node = start_counting_node('backlogtx', qq{
 outbox.poll_interval = '60s'
 outbox.workers_per_database = 2
-shared_preload_libraries = 'outbox_pg, pg_stat_statements'
-pg_stat_statements.track = 'all'
 });
-$node->start;
 $node->safe_psql('postgres', qq{
-	CREATE EXTENSION pg_stat_statements;
-	CREATE EXTENSION outbox_pg;
 	INSERT INTO outbox.destinations (name, url, max_concurrency, paused) VALUES
 		('small', '$sink->{url}/small', 64, true);
 });
@@ -53,10 +48,8 @@ note(sprintf('drained in %.1f s', time - $t0));
 is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM outbox.events WHERE destination = 'small' AND status = 'published'}),
 	'5000', 'every one is published');
-my ($claims, $recoveries) = split /\|/, $node->safe_psql('postgres', q{
-	SELECT coalesce(sum(calls) FILTER (WHERE query LIKE 'SELECT p.seq, p.to_snap, c.cur, x.xid%'), 0),
-	       coalesce(sum(calls) FILTER (WHERE query LIKE 'UPDATE outbox.batches AS b%outbox.batch_acks%'), 0)
-	  FROM pg_stat_statements});
+my $claims = statement_calls($node, 'SELECT p.seq, p.to_snap, c.cur, x.xid%');
+my $recoveries = statement_calls($node, 'UPDATE outbox.batches AS b%outbox.batch_acks%');
 cmp_ok($claims, '>=', 50, "the backlog took many claims ($claims)");
 cmp_ok($recoveries, '<=', 10, "few of them looked for a batch to recover first ($recoveries)");
 

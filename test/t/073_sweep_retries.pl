@@ -31,16 +31,11 @@ use Test::More;
 use Time::HiRes qw(time);
 
 my $sink = start_fast_sink();
-my $node = new_outbox_node('sweepretries', qq{
+my $node = start_counting_node('sweepretries', qq{
 outbox.poll_interval = '1s'
 outbox.workers_per_database = 1
-shared_preload_libraries = 'outbox_pg, pg_stat_statements'
-pg_stat_statements.track = 'all'
 });
-$node->start;
 $node->safe_psql('postgres', qq{
-	CREATE EXTENSION pg_stat_statements;
-	CREATE EXTENSION outbox_pg;
 	INSERT INTO outbox.destinations (name, url, paused) VALUES
 		('parked', '$sink->{url}/parked', true),
 		('live', '$sink->{url}/live', false);
@@ -58,9 +53,7 @@ ok($node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM outbox.workers
 sleep 5;
 $node->safe_psql('postgres', q{SELECT pg_stat_statements_reset()});
 sleep 10;
-my $sweeps = $node->safe_psql('postgres', q{
-	SELECT coalesce(sum(calls), 0) FROM pg_stat_statements
-	 WHERE query LIKE '%SELECT DISTINCT x.destination%outbox.batch_acks%'});
+my $sweeps = statement_calls($node, '%SELECT DISTINCT x.destination%outbox.batch_acks%');
 note("sweeps in 10 s: $sweeps");
 cmp_ok($sweeps, '>=', 4, "the sweep keeps to the poll interval next to 300,000 parked copies ($sweeps in 10 s)");
 
@@ -101,10 +94,8 @@ $node->safe_psql('postgres', join('', map { qq{
 	  FROM generate_series(1, 50) g;} } 1 .. 100));
 ok(wait_until(sub { scalar(keys %{ fast_sink_ids($sink) }) >= $before + 5000 }, 60),
 	'5,000 events of other aggregates are delivered past it');
-my ($claims, $leases) = split /\|/, $node->safe_psql('postgres', q{
-	SELECT coalesce(sum(calls) FILTER (WHERE query LIKE 'SELECT p.seq, p.to_snap, c.cur, x.xid%'), 0),
-	       coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH RECURSIVE%a AS MATERIALIZED%UPDATE outbox.retries%'), 0)
-	  FROM pg_stat_statements});
+my $claims = statement_calls($node, 'SELECT p.seq, p.to_snap, c.cur, x.xid%');
+my $leases = statement_calls($node, 'WITH RECURSIVE%a AS MATERIALIZED%UPDATE outbox.retries%');
 note("claims $claims, retries leases $leases");
 cmp_ok($claims, '>=', 20, "the events took many claims ($claims)");
 cmp_ok($leases, '<', $claims / 2, "far fewer retries leases ($leases)");

@@ -18,7 +18,8 @@ use Time::HiRes qw(time usleep);
 use Exporter 'import';
 our @EXPORT = qw(new_outbox_node start_sink stop_sink restart_sink sink_records deliver_one
   sink_ids wait_until relay_pids secret emit_events assert_zero_lost
-  start_fast_sink fast_sink_ids start_slow_sink slow_sink_stats rss_anon_kb);
+  start_fast_sink fast_sink_ids start_slow_sink slow_sink_stats rss_anon_kb
+  start_counting_node statement_calls);
 
 my $SRC = abs_path(dirname(__FILE__) . '/../..');
 
@@ -39,6 +40,31 @@ outbox.lease_margin = '2s'
 log_min_messages = log
 } . ($extra // ''));
 	return $node;
+}
+
+# A node started with pg_stat_statements counting every statement, the
+# relay's SPI ones too (track = all), both extensions created in postgres.
+sub start_counting_node
+{
+	my ($name, $extra) = @_;
+	my $node = new_outbox_node($name, ($extra // '') . qq{
+shared_preload_libraries = 'outbox_pg, pg_stat_statements'
+pg_stat_statements.track = 'all'
+});
+	$node->start;
+	$node->safe_psql('postgres', q{
+	CREATE EXTENSION pg_stat_statements;
+	CREATE EXTENSION outbox_pg;});
+	return $node;
+}
+
+# Calls of the statements whose text is LIKE the pattern, since the last
+# pg_stat_statements_reset().
+sub statement_calls
+{
+	my ($node, $like) = @_;
+	return $node->safe_psql('postgres', qq{
+	SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '$like'});
 }
 
 sub _wait_port
