@@ -1504,6 +1504,92 @@ ALTER FUNCTION outbox.metrics() SET jit = off;
 -- end of log rotation in outbox.health()
 
 ------------------------------------------------------------------------
+-- inbox: messages behind a far retry are set aside (issue #17)
+------------------------------------------------------------------------
+
+-- The worker's lease (src/worker/inbox_process.c), walking the due
+-- pending messages in (next_attempt_at, seq) order with FOR UPDATE SKIP
+-- LOCKED.  A message of an ordered handler waits while an earlier message
+-- of its aggregate (any type) is pending, so it cannot go before the
+-- aggregate's first pending message has been attempted again.  0.2's lease
+-- skipped such a message and met it again at every lease: 20,000 of them
+-- behind a retry an hour away cost 355-565 ms per lease, for every
+-- aggregate.  This lease moves a waiting message's next_attempt_at to that
+-- first message's when the latter is more than a lease away (only a
+-- failure's backoff, not a lease, puts it there), so the walk passes it
+-- once per retry of the message it waits for; the first message is
+-- attempted at that time, and is ahead of it in (next_attempt_at, seq).
+-- What waits behind a message that is leased or retried within a lease is
+-- stepped over, as before, but at most 1,000 of them per lease: the walk
+-- then stops, and the next wake-up or poll looks again.  When a message
+-- that had been attempted before is processed or dead, the worker makes
+-- its aggregate's set-aside messages due again (inbox_process.c), for an
+-- operator who moved its retry forward; anything else that ends the first
+-- message early (a DELETE, a handler no longer ordered) leaves them until
+-- the time they were set aside to.  Returns the leased messages; their
+-- attempt is counted and their next_attempt_at pushed out by lease.
+CREATE OR REPLACE FUNCTION inbox._lease(batch_size pg_catalog.int4, lease pg_catalog.interval)
+RETURNS TABLE (id pg_catalog.text, attempts pg_catalog.int4)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    m           record;
+    leased      text[] := '{}';
+    aside       text[] := '{}';
+    aside_until timestamptz[] := '{}';
+    stepped     int4 := 0;
+    horizon     timestamptz := now() + lease;
+BEGIN
+    IF batch_size < 1 THEN
+        RETURN;
+    END IF;
+    FOR m IN
+        SELECT w.id AS walk_id,
+               CASE WHEN w.aggregate_id IS NOT NULL
+                     AND coalesce((inbox.handler_for(w.type)).ordered, false)
+               THEN (SELECT p.next_attempt_at
+                       FROM inbox.messages AS p
+                      WHERE p.aggregate_id = w.aggregate_id
+                        AND p.status = 'pending'
+                        AND p.seq < w.seq
+                      ORDER BY p.seq
+                      LIMIT 1)
+               END AS first_due
+          FROM inbox.messages AS w
+         WHERE w.status = 'pending'
+           AND w.next_attempt_at <= now()
+         ORDER BY w.next_attempt_at, w.seq
+           FOR UPDATE OF w SKIP LOCKED
+    LOOP
+        IF m.first_due IS NULL THEN
+            leased := leased || m.walk_id;
+            EXIT WHEN cardinality(leased) >= batch_size;
+        ELSIF m.first_due > horizon THEN
+            aside := aside || m.walk_id;
+            aside_until := aside_until || m.first_due;
+        ELSE
+            stepped := stepped + 1;
+            EXIT WHEN stepped >= 1000;
+        END IF;
+    END LOOP;
+    IF cardinality(aside) > 0 THEN
+        UPDATE inbox.messages AS a
+           SET next_attempt_at = s.until
+          FROM unnest(aside, aside_until) AS s(aside_id, until)
+         WHERE a.id = s.aside_id;
+    END IF;
+    RETURN QUERY
+        UPDATE inbox.messages AS l
+           SET attempts = l.attempts + 1,
+               next_attempt_at = horizon
+         WHERE l.id = ANY (leased)
+        RETURNING l.id, l.attempts;
+END
+$$;
+-- end of inbox: messages behind a far retry are set aside
+
+------------------------------------------------------------------------
 -- predefined roles (issue #18) -- keep this section last: it grants
 -- on objects the sections above define
 ------------------------------------------------------------------------

@@ -19,8 +19,10 @@ or processed twice (ledger rows must equal messages).
 
 Environment: BENCH_MESSAGES (default 20000), BENCH_SECONDS (default 10),
 BENCH_CLIENTS (default 4), BENCH_INBOX_WORKERS (the worker counts to run,
-in that order; default "1 2"), BENCH_PG_BIN or PG_BIN (default: the newest
-installed /usr/lib/postgresql/N/bin).
+in that order; default "1 2"), BENCH_INBOX_ORDERED=1 (the handler is
+ordered: each of the 1,000 aggregates' messages in received order),
+BENCH_PG_BIN or PG_BIN (default: the newest installed
+/usr/lib/postgresql/N/bin).
 """
 import glob
 import os
@@ -36,6 +38,7 @@ SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", "4"))
 PORT = int(os.environ.get("BENCH_PORT", "54393"))
 WORKERS = [int(w) for w in os.environ.get("BENCH_INBOX_WORKERS", "1 2").split()]
+ORDERED = os.environ.get("BENCH_INBOX_ORDERED", "0") == "1"
 PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benchmark payment"}'
 
 RECEIVE_SCRIPT = f"""\\set mid random(1, 2000000000)
@@ -53,8 +56,9 @@ BEGIN
     INSERT INTO bench.ledger VALUES (m.id, m.payload ->> 'customer', (m.payload ->> 'amount')::int);
 END
 $$;
-SELECT inbox.register_handler('payment.*', 'bench.apply_payment(inbox.messages)');
-"""
+SELECT inbox.register_handler('payment.*', 'bench.apply_payment(inbox.messages)',
+                              ordered => %s);
+""" % ("true" if ORDERED else "false")
 
 
 def run(cmd, **kw):
@@ -148,7 +152,8 @@ autovacuum = off
         shutil.rmtree(tmp, ignore_errors=True)
 
     print()
-    print(f"Inbox: receive() + plpgsql handler (one INSERT), messages/s; backlog of {MESSAGES}, "
+    print(f"Inbox: receive() + plpgsql handler (one INSERT{', ordered' if ORDERED else ''}), "
+          f"messages/s; backlog of {MESSAGES} over 1,000 aggregates, "
           f"{CLIENTS} receiving clients for {SECONDS}s")
     print()
     print("| workers | process a backlog | receive (pgbench, concurrent) | end to end (receive + process) |")
