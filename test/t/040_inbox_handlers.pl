@@ -261,6 +261,29 @@ is($node->safe_psql('postgres', q{
 	                                                              FROM generate_series(1, 200) g)
 	  FROM public.seq_log WHERE aggregate_id = 'C'}),
 	't', 'set aside: aggregate C in received order');
+
+# One aggregate's burst: 2,000 messages received at once go one after the
+# other, each made due by the one before it.  The lease used to step over
+# the whole rest of the burst for each message (and the next batch waited
+# for the next wake-up or poll).
+$t0 = time;
+$node->safe_psql('postgres', q{
+	SELECT inbox.receive('hot-' || g, 'hold.step', '{}', aggregate_id => 'HOT')
+	  FROM generate_series(1, 2000) g;
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 2000 FROM public.seq_log WHERE aggregate_id = 'HOT'}),
+	'burst: 2,000 messages of one aggregate processed');
+$took = time - $t0;
+cmp_ok($took, '<', 60, sprintf('burst: in %.1f s', $took));
+is($node->safe_psql('postgres', q{
+	SELECT bool_and(ok) FROM (
+	    SELECT message_id = 'hot-' || row_number() OVER (ORDER BY n) AS ok
+	      FROM public.seq_log WHERE aggregate_id = 'HOT') AS s}),
+	't', 'burst: in received order');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM inbox.messages WHERE aggregate_id = 'HOT' AND attempts <> 1}),
+	'0', 'burst: each message attempted once');
 $node->safe_psql('postgres', q{SELECT inbox.unregister_handler('hold.*')});
 
 # --- a message no handler matches waits, with the reason recorded
