@@ -1517,17 +1517,22 @@ ALTER FUNCTION outbox.metrics() SET jit = off;
 -- aggregate's burst cost a walk over all of it per message.
 --
 -- This lease sets such a message aside instead: its next_attempt_at
--- becomes the first message's (the time it is retried, or its lease runs
--- out), or the end of this lease when this walk leased the first message.
--- The walk then passes it once per attempt of that message, not once per
--- lease.  When a message is processed or dead, the worker makes the next
--- message of its aggregate due again if it was set aside
+-- becomes the first message's when that one waits for a retry more than a
+-- lease away, or the end of this lease when this walk leased the first
+-- message.  The walk then passes it once per attempt of that message, not
+-- once per lease.  When a message is processed or dead, the worker makes
+-- the next message of its aggregate due again if it was set aside
 -- (inbox_process.c), so an aggregate goes one message after the other
 -- without waiting for those times.  Anything else that ends the first
 -- message early (a DELETE, a handler no longer ordered) leaves the rest
--- until the time they were set aside to.  What waits behind a due message
--- that another worker is leasing is stepped over, batch_size of them at
--- most: the walk stops there, and the next wake-up or poll looks again.
+-- until the time they were set aside to.  What waits behind a message
+-- another worker has leased, or one retried within a lease, is stepped
+-- over, batch_size of them at most (the walk stops there; the next batch
+-- or poll looks again): set aside until that lease's end, it could miss
+-- the other worker's release, which may commit before this lease does,
+-- and wait for up to outbox.lease_margin (with two workers and an ordered
+-- handler, receiving while processing went at 1,606 messages/s of 3,244
+-- received).
 -- Returns the leased messages; their attempt is counted and their
 -- next_attempt_at pushed out by lease.
 --
@@ -1584,7 +1589,7 @@ BEGIN
                 leased_aggs := leased_aggs || m.walk_aggregate;
             END IF;
             EXIT WHEN cardinality(leased) >= batch_size;
-        ELSIF m.first_due > now() THEN
+        ELSIF m.first_due > horizon THEN
             aside := aside || m.walk_id;
             aside_until := aside_until || m.first_due;
         ELSIF m.walk_aggregate = ANY (leased_aggs) THEN

@@ -115,17 +115,20 @@ SELECT array_agg(id ORDER BY id) AS leased_again FROM inbox._lease(10, '1 hour')
 -- is leased or waiting for its retry, so s-a2 still waits
 SELECT array_agg(id ORDER BY id) AS while_a1_retries FROM inbox._lease(10, '1 hour');
 UPDATE inbox.messages SET status = 'dead' WHERE id = 's-a1';
--- s-a2 was set aside until s-a1's lease ends; the worker, recording s-a1's
--- death, makes it due again (release_plan in src/worker/inbox_process.c;
--- 040_inbox_handlers.pl runs it): here, as it would
+-- the lease that took s-a1 set s-a2 aside until that lease's end; the
+-- worker, recording s-a1's death, makes it due again (release_plan in
+-- src/worker/inbox_process.c; 040_inbox_handlers.pl runs it): here, as it
+-- would
 UPDATE inbox.messages SET next_attempt_at = received_at WHERE id = 's-a2';
 SELECT array_agg(id ORDER BY id) AS after_a1_dead FROM inbox._lease(10, '1 hour');
 SELECT id, attempts FROM inbox.messages ORDER BY seq;
 
--- a message waiting behind its aggregate's first pending message is set
--- aside until that message's retry (its next_attempt_at becomes the
--- retry's, a day or 30 s away here): later leases do not walk it again.
--- A type whose handler is not ordered is not held back at all.
+-- a message waiting behind its aggregate's first pending message, whose
+-- retry is more than a lease away, is set aside until that retry (its
+-- next_attempt_at becomes the retry's): later leases do not walk it
+-- again.  One behind a message whose retry is within a lease (or that
+-- another lease took) is stepped over and stays due; a type whose handler
+-- is not ordered is not held back at all.
 DELETE FROM inbox.messages;
 SELECT inbox.receive('w-a1', 'step.x', '{}', aggregate_id => 'A'),
        inbox.receive('w-a2', 'step.x', '{}', aggregate_id => 'A'),
