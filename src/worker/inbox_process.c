@@ -158,6 +158,7 @@ typedef struct InboxMessage
 	int			backoff_base_ms;
 	int			backoff_max_ms;
 	char	   *type;
+	bool		has_aggregate;	/* aggregate_id is set: release_plan applies */
 	char	   *error;			/* why the handler failed; NULL: it did not */
 } InboxMessage;
 
@@ -232,7 +233,8 @@ inbox_prepare_plans(void)
 				   2, lease_types);
 	WorkerKeepPlan(&fetch_plan,
 				   "SELECT m, m.id, m.type, m.attempts, h.function::pg_catalog.oid,"
-				   " h.max_attempts, h.backoff_base_ms, h.backoff_max_ms"
+				   " h.max_attempts, h.backoff_base_ms, h.backoff_max_ms,"
+				   " m.aggregate_id IS NOT NULL"
 				   "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS l(id, attempts)"
 				   "  JOIN inbox.messages AS m"
 				   "    ON m.id OPERATOR(pg_catalog.=) l.id"
@@ -603,6 +605,7 @@ inbox_fetch(Datum *ids, Datum *attempts, int nleased, int *nmsgs)
 		msgs[i].id = TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull));
 		msgs[i].type = TextDatumGetCString(SPI_getbinval(tup, desc, 3, &isnull));
 		msgs[i].attempts = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
+		msgs[i].has_aggregate = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull));
 		d = SPI_getbinval(tup, desc, 5, &isnull);
 		msgs[i].handler = isnull ? InvalidOid : DatumGetObjectId(d);
 		msgs[i].max_attempts = INBOX_DEFAULT_MAX_ATTEMPTS;
@@ -651,9 +654,17 @@ inbox_run_batch(InboxMessage *msgs, int nmsgs)
 	inbox_plan_with_indexes();
 	for (int i = 0; i < nmsgs; i++)
 	{
+		bool		settled;
+
 		if (msgs[i].error == NULL)
-			done[ndone++] = gone[ngone++] = CStringGetTextDatum(msgs[i].id);
-		else if (inbox_record_failure(&msgs[i], msgs[i].error))
+		{
+			done[ndone++] = CStringGetTextDatum(msgs[i].id);
+			settled = true;
+		}
+		else
+			settled = inbox_record_failure(&msgs[i], msgs[i].error);
+		/* only a message of an aggregate can have one waiting behind it */
+		if (settled && msgs[i].has_aggregate)
 			gone[ngone++] = CStringGetTextDatum(msgs[i].id);
 	}
 	if (ndone > 0)
