@@ -16,7 +16,10 @@ and, with BENCH_NEIGHBOUR=1, a fast destination (answers at once,
 max_concurrency 64; BENCH_FAST_DELAY_MS, BENCH_FAST_CONCURRENCY and
 BENCH_FAST_EVENTS (5000) change that) next to the third row, answered by a
 receiver process of its own: its events/s alone and next to the slow one
-at its limit, with the machine's CPU and each process's during both.
+at its limit, with the machine's CPU and each process's during both, and
+its rate between its receiver's first request and last answer (each phase
+counted under a name of its own: the destination's URL changes while it
+is paused) beside the time from the resume to the first request.
 Each row: a backlog of events (destination paused, emitted in
 transactions of 100, resumed), timed from the resume until the receiver
 has answered every event.  BENCH_EVENTS scales the backlogs (default 1:
@@ -177,23 +180,31 @@ def wait_for(cond, what):
         time.sleep(0.05)
 
 
-def resume_and_wait(cur, stats, name, until):
+def resume_and_wait(cur, stats, name, until, counted=None):
     """Resume a destination; seconds until the receiver answered `until`
-    requests of it in all."""
+    requests of it in all (counted under `counted`, else its name)."""
     t0 = time.time()
     cur.execute("UPDATE outbox.destinations SET paused = false WHERE name = %s", (name,))
-    wait_for(lambda: answered(stats, name) >= until, f"{until} answers of {name}")
+    wait_for(lambda: answered(stats, counted or name) >= until, f"{until} answers of {counted or name}")
     return time.time() - t0
 
 
-def fast_phase(cur, stats, pids, n, until):
-    """Resume the fast destination until its receiver answered `until` in
-    all: (events/s over its last n, Phase.end() over that time, what its
-    receiver saw: receiver_delta())."""
+def fast_phase(cur, stats, pids, n, name):
+    """Resume the fast destination, its receiver counting its n requests
+    under `name` (the destination's URL changed while paused), until they
+    are answered: (events/s from the resume, Phase.end() over that time,
+    what its receiver saw: receiver_delta(), events/s from the receiver's
+    first request to its last answer, seconds from the resume to the first
+    request)."""
+    cur.execute("UPDATE outbox.destinations SET url = regexp_replace(url, '[^/]*$', %s) WHERE name = 'fast'",
+                (name,))
     phase = Phase(pids)
-    view = receiver_view(stats, "fast")
-    rate = n / resume_and_wait(cur, stats, "fast", until)
-    return rate, phase.end(), receiver_delta(view, receiver_view(stats, "fast"))
+    view = receiver_view(stats, name)
+    t0 = time.time()
+    elapsed = resume_and_wait(cur, stats, "fast", n, name)
+    c = sink_stats(stats)["names"][name]
+    steady = (n - 1) / (c["last"] - c["first"]) if c["last"] > c["first"] else float("nan")
+    return n / elapsed, phase.end(), receiver_delta(view, receiver_view(stats, name)), steady, c["first"] - t0
 
 
 def run_row(workers, batch_size, conc, n, neighbour):
@@ -240,7 +251,8 @@ def run_row(workers, batch_size, conc, n, neighbour):
             nf = FAST_EVENTS
             emit(cur, "fast", nf)
             pids = relays + [sink.pid, fast_sink.pid]
-            out["fast_alone"], out["cpu_alone"], out["seen_alone"] = fast_phase(cur, fast_stats, pids, nf, nf)
+            out["fast_alone"], out["cpu_alone"], out["seen_alone"], out["steady_alone"], out["start_alone"] = \
+                fast_phase(cur, fast_stats, pids, nf, "fast_alone")
             cur.execute("UPDATE outbox.destinations SET paused = true WHERE name = 'fast'")
             emit(cur, "fast", nf)
             t0 = time.time()
@@ -248,7 +260,8 @@ def run_row(workers, batch_size, conc, n, neighbour):
             # at its limit, or as close as it gets in 5 s
             wait_for(lambda: sink_stats(stats)["names"].get("slow", {}).get("in_flight", 0) >= conc * 0.9
                      or time.time() > t0 + 5, "the slow destination at its limit")
-            out["fast_next"], out["cpu_next"], out["seen_next"] = fast_phase(cur, fast_stats, pids, nf, 2 * nf)
+            out["fast_next"], out["cpu_next"], out["seen_next"], out["steady_next"], out["start_next"] = \
+                fast_phase(cur, fast_stats, pids, nf, "fast_next")
             out["slow_left"] = n - answered(stats, "slow")
             wait_for(lambda: answered(stats, "slow") >= n, "every answer of slow")
             out["rate"] = n / (time.time() - t0)
@@ -292,6 +305,10 @@ def main():
                          f"{f'answers after {FAST_DELAY} ms' if FAST_DELAY else 'answers at once'}, {FAST_EVENTS} events): "
                          f"{r['fast_alone']:.0f} ev/s alone, {r['fast_next']:.0f} ev/s next to the slow one at its limit "
                          f"({r['fast_next'] / r['fast_alone']:.2f}x; the slow one had {r['slow_left']} events to go then)")
+            notes.append(f"row {i + 1}: the fast neighbour from its receiver's first request to its last answer: "
+                         f"{r['steady_alone']:.0f} ev/s alone, {r['steady_next']:.0f} ev/s next to the slow one "
+                         f"({r['steady_next'] / r['steady_alone']:.2f}x); from the resume to the first request "
+                         f"{1000 * r['start_alone']:.0f} ms alone, {1000 * r['start_next']:.0f} ms next to it")
             for what, key in (("alone", "cpu_alone"), ("next to the slow one", "cpu_next")):
                 busy, procs = r[key]
                 notes.append(f"row {i + 1}: CPU while the fast one ran {what}: machine {busy:.2f} of {os.cpu_count()} cores; "
