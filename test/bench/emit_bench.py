@@ -5,7 +5,8 @@ Starts a throwaway cluster, then runs pgbench for each cell
 (clients x synchronous_commit) and each variant, interleaving the variants
 round by round so machine noise hits all of them alike.  Every run starts
 from empty tables.  Prints the median transactions/s per cell and the
-ratios.  A benchmark, not a test: it never fails on a timing.
+ratios of those medians, and the median of the ratios within each round
+(robust to the machine's speed drifting between rounds).  A benchmark, not a test: it never fails on a timing.
 
 Variants
   insert   prepared plain INSERT of the same row into a table shaped like
@@ -136,22 +137,29 @@ SELECT pgq.create_queue('payments');
                                   file=sys.stderr, flush=True)
 
         med = {k: statistics.median(v) for k, v in results.items()}
+
+        def paired(sync, c, v, base):
+            """The median of the round-by-round ratios: the machine's speed
+            drifts between rounds (by half, seen here), less within one."""
+            return statistics.median(a / b for a, b in zip(results[(sync, c, v)], results[(sync, c, base)]))
         print()
         print(f"emit() vs plain INSERT vs PgQ — median tps of {ROUNDS} x {SECONDS}s runs, pgbench -M prepared")
         print()
-        print("| sync_commit | clients | INSERT | emit() | pgq.insert_event | emit/INSERT | emit/pgq |")
-        print("|---|---|---|---|---|---|---|")
+        print("| sync_commit | clients | INSERT | emit() | pgq.insert_event | emit/INSERT | emit/INSERT, per round |"
+              " emit/pgq |")
+        print("|---|---|---|---|---|---|---|---|")
         for sync in ["on", "off"]:
             for c in CLIENTS:
                 i, e, q = med[(sync, c, "insert")], med[(sync, c, "emit")], med[(sync, c, "pgq")]
-                print(f"| {sync} | {c} | {i:.0f} | {e:.0f} | {q:.0f} | {e / i:.2f} | {e / q:.2f} |")
+                print(f"| {sync} | {c} | {i:.0f} | {e:.0f} | {q:.0f} | {e / i:.2f} "
+                      f"| {paired(sync, c, 'emit', 'insert'):.2f} | {e / q:.2f} |")
         print()
-        print("| sync_commit | clients | INSERT ON CONFLICT | inbox.claim() | claim/INSERT |")
-        print("|---|---|---|---|---|")
+        print("| sync_commit | clients | INSERT ON CONFLICT | inbox.claim() | claim/INSERT | claim/INSERT, per round |")
+        print("|---|---|---|---|---|---|")
         for sync in ["on", "off"]:
             for c in CLIENTS:
                 u, cl = med[(sync, c, "upsert")], med[(sync, c, "claim")]
-                print(f"| {sync} | {c} | {u:.0f} | {cl:.0f} | {cl / u:.2f} |")
+                print(f"| {sync} | {c} | {u:.0f} | {cl:.0f} | {cl / u:.2f} | {paired(sync, c, 'claim', 'upsert'):.2f} |")
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", datadir, "-m", "fast", "-w", "stop"],
                        capture_output=True)
