@@ -678,6 +678,24 @@ http_collect(HttpClient *client)
 }
 
 /*
+ * Let curl start the requests added since the last wait now, rather than
+ * at the next wait; what completes meanwhile comes back from that wait.
+ */
+void
+HttpClientKick(HttpClient *client)
+{
+	int			still_running;
+
+	if (client->running > 0 && client->timer_ms >= 0 &&
+		GetCurrentTimestamp() >= client->timer_deadline)
+	{
+		curl_multi_socket_action(client->multi, CURL_SOCKET_TIMEOUT, 0,
+								 &still_running);
+		http_collect(client);
+	}
+}
+
+/*
  * Wait up to timeout_ms for socket activity, curl's timer or the latch,
  * and let curl make progress.  Returns the completed requests as a list
  * linked through next_done (NULL if none).  Interrupts are the caller's

@@ -101,6 +101,7 @@ typedef struct HttpClient HttpClient;
 
 extern HttpClient *HttpClientCreate(void);
 extern void HttpClientStart(HttpClient *client, HttpRequest *req);
+extern void HttpClientKick(HttpClient *client);
 extern HttpRequest *HttpClientWait(HttpClient *client, long timeout_ms,
 								   bool *latch_set);
 extern int	HttpClientRunning(HttpClient *client);

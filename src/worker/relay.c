@@ -48,8 +48,10 @@
  * still applies).
  *
  * The loop: OutboxRelayMain() starts the process, then runs the steps
- * below in turn, each a function of its own: see what is due, record the
- * results that completed, lease and start more events (with worker 0's
+ * below in turn, each a function of its own: see what is due, start what
+ * waits for the slots the last answers freed and what earlier leases left
+ * unstarted (RELAY_START_PER_TURN requests a turn), record the results
+ * that completed, lease and start more events (with worker 0's
  * housekeeping, housekeeping.c, in the same transaction), run an inbox
  * batch (inbox_process.c), then wait on curl's sockets and the latch.
  * Each transaction is a worker step (step.c).
@@ -96,6 +98,7 @@
 #define ERROR_PAUSE_MS			1000
 #define RECORD_BATCH			128
 #define RECORD_DELAY_MS			10
+#define RELAY_START_PER_TURN	32	/* HTTP requests started per iteration */
 
 /* What the loop carries from one iteration to the next. */
 typedef struct RelayLoop
@@ -128,6 +131,8 @@ static void relay_on_exit(int code, Datum arg);
 /* the loop's steps, in the order they run */
 static void relay_flush_step(void);
 static void relay_due_step(void);
+static void relay_start_step(void);
+static void relay_start_leased(void);
 static void relay_record_step(void);
 static void relay_lease_step(void);
 static void relay_housekeeping_step(void);
@@ -158,6 +163,7 @@ OutboxRelayMain(Datum main_arg)
 		relay_due_step();
 		PG_TRY();
 		{
+			relay_start_step();
 			relay_record_step();
 			relay_lease_step();
 		}
@@ -363,6 +369,67 @@ relay_due_step(void)
 }
 
 /*
+ * Start requests before this iteration records results and claims: first
+ * what waits for the slots the last wait's answers freed
+ * (DeliveryStartAnswered), then what earlier lease steps left in
+ * loop.leased, RELAY_START_PER_TURN requests at a time.
+ */
+static void
+relay_start_step(void)
+{
+	bool		missing;
+
+	if (DeliveryStartable())
+	{
+		relay_set_state(RELAY_WORKING, "sending");
+		if (relay_begin(&missing))
+		{
+			List	   *answered = NIL;
+			MemoryContext old;
+
+			DeliveryStartAnswered(&answered);
+			/* ahead of what is left: they wait for no claim of theirs */
+			old = MemoryContextSwitchTo(relay_events_context);
+			loop.leased = list_concat(answered, loop.leased);
+			MemoryContextSwitchTo(old);
+			relay_commit();
+		}
+		else
+			DeliveryStartAnswered(NULL);	/* the lease step sees to them */
+	}
+	relay_start_leased();
+}
+
+/*
+ * Start leased events, at most RELAY_START_PER_TURN requests of the HTTP
+ * client (a native client takes what it is given at once), and have curl
+ * send them now rather than at the next wait.  What is left starts at the
+ * next iterations, each after a wait that takes the answers that came
+ * meanwhile: 100 requests started at once, and their 100 answers taken
+ * 200 ms later, kept the loop busy for milliseconds, and a neighbour's
+ * answer that came meanwhile waited for all of them (issue #20).
+ *
+ * Each event leaves the list as it is started, so an error here never
+ * frees a request curl still uses.
+ */
+static void
+relay_start_leased(void)
+{
+	int			http = 0;
+
+	while (loop.leased != NIL && http < RELAY_START_PER_TURN)
+	{
+		RelayEvent *ev = linitial(loop.leased);
+
+		loop.leased = list_delete_first(loop.leased);
+		if (DeliveryStart(ev))
+			http++;
+	}
+	if (http > 0)
+		HttpClientKick(relay_http);
+}
+
+/*
  * Record what completed: at once when nothing else is running, else in
  * groups (RECORD_BATCH results, or RECORD_DELAY_MS after the first), so
  * that one transaction records many results.
@@ -395,7 +462,9 @@ relay_lease_step(void)
 	bool		drained = true;
 	bool		claimed = false;
 
-	if (!loop.need_lease || DeliveryInFlight() >= outbox_batch_size)
+	/* not while leased events wait to start (relay_start_leased) */
+	if (!loop.need_lease || DeliveryInFlight() >= outbox_batch_size ||
+		loop.leased != NIL)
 		return;
 
 	relay_set_state(RELAY_WORKING, "leasing events");
@@ -448,17 +517,7 @@ relay_lease_step(void)
 	if (missing)
 		relay_exit_no_extension();
 
-	/*
-	 * Each event leaves the list as curl takes it, so an error here never
-	 * frees a request curl still uses.
-	 */
-	while (loop.leased != NIL)
-	{
-		RelayEvent *ev = linitial(loop.leased);
-
-		loop.leased = list_delete_first(loop.leased);
-		DeliveryStart(ev);
-	}
+	relay_start_leased();
 	loop.need_lease = !drained;
 	if (drained)
 		loop.last_poll = loop.now;
@@ -585,7 +644,8 @@ relay_wait_time(void)
 	TimestampTz now = GetCurrentTimestamp();
 	long		wait_ms;
 
-	if (loop.need_lease && DeliveryInFlight() < outbox_batch_size)
+	if (loop.leased != NIL ||
+		(loop.need_lease && DeliveryInFlight() < outbox_batch_size))
 		wait_ms = 0;
 	else if (loop.pending_done != NIL)
 		wait_ms = RECORD_DELAY_MS;
