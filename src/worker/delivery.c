@@ -1372,6 +1372,14 @@ DeliveryStart(RelayEvent *ev)
 	return false;
 }
 
+/* Whether DeliveryStart() would start a request of the HTTP client for ev. */
+bool
+DeliveryWouldSend(RelayEvent *ev)
+{
+	return ev->carrier == NULL && !ev->blocked && !ev->rejected &&
+		ev->loaded->routine->start == NULL;
+}
+
 /*
  * An event's request was answered (or its native client reported): it no
  * longer holds a slot of its destination's concurrency, and waits for its
@@ -1538,11 +1546,13 @@ DeliveryCompleted(List *pending, HttpRequest *req)
 
 	/*
 	 * A success (nothing for the circuit or the backoff to weigh first)
-	 * lets the destination's next events take the slot at once.
+	 * lets the destination's next events take the slot at once (not an
+	 * ordered destination's: what waits there is mostly blocked until this
+	 * result is recorded, and the record step starts it).
 	 */
 	if (req->failure == TRANSPORT_OK && req->status >= 200 &&
-		req->status < 300 && !ev->probe && !ev->dest->answered_listed &&
-		!dlist_is_empty(&ev->dest->waiting))
+		req->status < 300 && !ev->probe && !ev->loaded->ordered &&
+		!ev->dest->answered_listed && !dlist_is_empty(&ev->dest->waiting))
 	{
 		dlist_push_tail(&answered_dests, &ev->dest->answered_node);
 		ev->dest->answered_listed = true;
@@ -2188,8 +2198,9 @@ delivery_lease_one(LoadedDestination *d, TimestampTz now, Interval *lease,
  * turns (docs/performance.md).
  *
  * Every event counts as in flight as soon as it exists, and waits on its
- * destination's list until it is started; if anything fails later in the
- * cycle the error path frees every one of them (DeliveryDropWaiting;
+ * destination's list, then on the relay's lists of events to start
+ * (relay.c), until it is started; if anything fails later the error path
+ * frees every one of them (DeliveryDropWaiting and relay.c;
  * their lease rolls back with the transaction, or once committed runs
  * out: their batches go to the recovery, their retries rows are due
  * again).

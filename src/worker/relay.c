@@ -50,7 +50,7 @@
  * The loop: OutboxRelayMain() starts the process, then runs the steps
  * below in turn, each a function of its own: see what is due, start what
  * waits for the slots the last answers freed and what earlier leases left
- * unstarted (RELAY_START_PER_TURN requests a turn), record the results
+ * unstarted (about RELAY_START_PER_TURN requests a step), record the results
  * that completed, lease and start more events (with worker 0's
  * housekeeping, housekeeping.c, in the same transaction), run an inbox
  * batch (inbox_process.c), then wait on curl's sockets and the latch.
@@ -98,7 +98,7 @@
 #define ERROR_PAUSE_MS			1000
 #define RECORD_BATCH			128
 #define RECORD_DELAY_MS			10
-#define RELAY_START_PER_TURN	32	/* HTTP requests started per iteration */
+#define RELAY_START_PER_TURN	32	/* HTTP requests per relay_start_leased() */
 
 /* What the loop carries from one iteration to the next. */
 typedef struct RelayLoop
@@ -112,6 +112,7 @@ typedef struct RelayLoop
 	TimestampTz last_poll;		/* last lease that drained every destination */
 	TimestampTz first_done_at;	/* when the oldest of pending_done completed */
 	List	   *pending_done;	/* completed, not recorded yet */
+	List	   *answered;		/* for slots answers freed, not started yet */
 	List	   *leased;			/* leased, not started yet */
 } RelayLoop;
 
@@ -369,10 +370,9 @@ relay_due_step(void)
 }
 
 /*
- * Start requests before this iteration records results and claims: first
- * what waits for the slots the last wait's answers freed
- * (DeliveryStartAnswered), then what earlier lease steps left in
- * loop.leased, RELAY_START_PER_TURN requests at a time.
+ * Start requests before this iteration records results and claims: what
+ * waits for the slots the last wait's answers freed (DeliveryStartAnswered,
+ * in loop.answered), then what earlier lease steps left in loop.leased.
  */
 static void
 relay_start_step(void)
@@ -384,47 +384,64 @@ relay_start_step(void)
 		relay_set_state(RELAY_WORKING, "sending");
 		if (relay_begin(&missing))
 		{
-			List	   *answered = NIL;
-			MemoryContext old;
-
-			DeliveryStartAnswered(&answered);
-			/* ahead of what is left: they wait for no claim of theirs */
-			old = MemoryContextSwitchTo(relay_events_context);
-			loop.leased = list_concat(answered, loop.leased);
-			MemoryContextSwitchTo(old);
+			DeliveryStartAnswered(&loop.answered);
 			relay_commit();
 		}
 		else
-			DeliveryStartAnswered(NULL);	/* the lease step sees to them */
+			DeliveryStartAnswered(NULL);	/* the lease step pumps them */
 	}
 	relay_start_leased();
 }
 
 /*
- * Start leased events, at most RELAY_START_PER_TURN requests of the HTTP
- * client (a native client takes what it is given at once), and have curl
- * send them now rather than at the next wait.  What is left starts at the
- * next iterations, each after a wait that takes the answers that came
- * meanwhile: 100 requests started at once, and their 100 answers taken
- * 200 ms later, kept the loop busy for milliseconds, and a neighbour's
- * answer that came meanwhile waited for all of them (issue #20).
- *
- * Each event leaves the list as it is started, so an error here never
- * frees a request curl still uses.
+ * Start the events of a list in order, until limit HTTP requests are
+ * started and the next event would be another; returns how many were.
+ * The events a started request carries (which follow it), and those that
+ * make no request, leave the list with it: once its answer is recorded
+ * they are freed.  Each event leaves the list as it is started, so an
+ * error here never frees a request curl still uses.
+ */
+static int
+relay_start_from(List **events, int limit)
+{
+	int			http = 0;
+
+	while (*events != NIL)
+	{
+		RelayEvent *ev = linitial(*events);
+
+		if (http >= limit && DeliveryWouldSend(ev))
+			break;
+		*events = list_delete_first(*events);
+		if (DeliveryStart(ev))
+			http++;
+	}
+	return http;
+}
+
+/*
+ * Start leased events: about RELAY_START_PER_TURN HTTP requests a call,
+ * those for the slots answers freed first, and at least a quarter of that
+ * of what lease steps left, so that those are never held back for long;
+ * a native client takes what it is given at once.  curl sends them now
+ * rather than at the next wait.  What is left starts at the next
+ * iterations, each after a wait that takes the answers that came
+ * meanwhile, and no lease step claims more before loop.leased is empty:
+ * 100 requests started at once, and their 100 answers taken 200 ms later,
+ * kept the loop busy for milliseconds, and a neighbour's answer that came
+ * meanwhile waited for all of them (issue #20).  (The record step starts
+ * what the results it records unblock, an ordered aggregate's next
+ * events, itself.)
  */
 static void
 relay_start_leased(void)
 {
-	int			http = 0;
+	int			http;
 
-	while (loop.leased != NIL && http < RELAY_START_PER_TURN)
-	{
-		RelayEvent *ev = linitial(loop.leased);
-
-		loop.leased = list_delete_first(loop.leased);
-		if (DeliveryStart(ev))
-			http++;
-	}
+	http = relay_start_from(&loop.answered, RELAY_START_PER_TURN);
+	http += relay_start_from(&loop.leased,
+							 Max(RELAY_START_PER_TURN - http,
+								 RELAY_START_PER_TURN / 4));
 	if (http > 0)
 		HttpClientKick(relay_http);
 }
@@ -452,7 +469,8 @@ relay_record_step(void)
 
 /*
  * Lease due events of the destinations with free capacity, in one
- * transaction, then start their requests once it has committed.
+ * transaction, then start their requests once it has committed (the
+ * first of them: relay_start_leased).
  */
 static void
 relay_lease_step(void)
@@ -462,7 +480,7 @@ relay_lease_step(void)
 	bool		drained = true;
 	bool		claimed = false;
 
-	/* not while leased events wait to start (relay_start_leased) */
+	/* not while what the last one leased waits to start (relay_start_leased) */
 	if (!loop.need_lease || DeliveryInFlight() >= outbox_batch_size ||
 		loop.leased != NIL)
 		return;
@@ -532,7 +550,7 @@ relay_housekeeping_step(void)
 }
 
 /*
- * The record or lease step failed: report it, drop what cannot be
+ * The start, record or lease step failed: report it, drop what cannot be
  * recorded or started any more, and pause.
  */
 static void
@@ -552,6 +570,7 @@ relay_cycle_failed(void)
 	 * it runs out
 	 */
 	relay_free_events(&loop.leased);
+	relay_free_events(&loop.answered);
 	/* claimed and waiting to start: their batches go to the recovery */
 	DeliveryDropWaiting();
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -644,7 +663,7 @@ relay_wait_time(void)
 	TimestampTz now = GetCurrentTimestamp();
 	long		wait_ms;
 
-	if (loop.leased != NIL ||
+	if (loop.leased != NIL || loop.answered != NIL ||
 		(loop.need_lease && DeliveryInFlight() < outbox_batch_size))
 		wait_ms = 0;
 	else if (loop.pending_done != NIL)
