@@ -1552,7 +1552,8 @@ DeliveryCompleted(List *pending, HttpRequest *req)
 	 */
 	if (req->failure == TRANSPORT_OK && req->status >= 200 &&
 		req->status < 300 && !ev->probe && !ev->loaded->ordered &&
-		!ev->dest->answered_listed && !dlist_is_empty(&ev->dest->waiting))
+		!ev->dest->answered_listed && !ev->dest->probing &&
+		!dlist_is_empty(&ev->dest->waiting))
 	{
 		dlist_push_tail(&answered_dests, &ev->dest->answered_node);
 		ev->dest->answered_listed = true;

@@ -388,7 +388,11 @@ relay_start_step(void)
 			relay_commit();
 		}
 		else
+		{
 			DeliveryStartAnswered(NULL);	/* the lease step pumps them */
+			if (missing)
+				relay_exit_no_extension();
+		}
 	}
 	relay_start_leased();
 }
@@ -420,7 +424,8 @@ relay_start_from(List **events, int limit)
 }
 
 /*
- * Start leased events: about RELAY_START_PER_TURN HTTP requests a call,
+ * Start leased events: about RELAY_START_PER_TURN HTTP requests a call
+ * (the start step calls it, and the lease step again when it leased),
  * those for the slots answers freed first, and at least a quarter of that
  * of what lease steps left, so that those are never held back for long;
  * a native client takes what it is given at once.  curl sends them now
