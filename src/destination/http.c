@@ -677,6 +677,18 @@ http_collect(HttpClient *client)
 	}
 }
 
+/* curl's timer ran out (or it asked to be called right away): its action */
+static void
+http_timer_action(HttpClient *client)
+{
+	int			still_running;
+
+	if (client->running > 0 && client->timer_ms >= 0 &&
+		GetCurrentTimestamp() >= client->timer_deadline)
+		curl_multi_socket_action(client->multi, CURL_SOCKET_TIMEOUT, 0,
+								 &still_running);
+}
+
 /*
  * Let curl start the requests added since the last wait now, rather than
  * at the next wait; what completes meanwhile comes back from that wait.
@@ -684,15 +696,8 @@ http_collect(HttpClient *client)
 void
 HttpClientKick(HttpClient *client)
 {
-	int			still_running;
-
-	if (client->running > 0 && client->timer_ms >= 0 &&
-		GetCurrentTimestamp() >= client->timer_deadline)
-	{
-		curl_multi_socket_action(client->multi, CURL_SOCKET_TIMEOUT, 0,
-								 &still_running);
-		http_collect(client);
-	}
+	http_timer_action(client);
+	http_collect(client);
 }
 
 /*
@@ -753,11 +758,7 @@ HttpClientWait(HttpClient *client, long timeout_ms, bool *latch_set)
 								 &still_running);
 	}
 
-	/* curl's timer ran out (or it asked to be called right away) */
-	if (client->running > 0 && client->timer_ms >= 0 &&
-		GetCurrentTimestamp() >= client->timer_deadline)
-		curl_multi_socket_action(client->multi, CURL_SOCKET_TIMEOUT, 0, &still_running);
-
+	http_timer_action(client);
 	http_collect(client);
 	done = client->done_head;
 	client->done_head = client->done_tail = NULL;

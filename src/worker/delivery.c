@@ -1350,26 +1350,19 @@ delivery_start_native(RelayEvent *ev)
 		native_deadline = fence;
 }
 
-/*
- * Send a leased event's request (unless another event's request carries
- * it); true when that was a request of the HTTP client.
- */
-bool
+/* Send a leased event's request (unless another event's request carries it). */
+void
 DeliveryStart(RelayEvent *ev)
 {
 	if (ev->carrier != NULL || ev->blocked)
-		return false;
+		return;
 	ev->started_at = GetCurrentTimestamp();
 	if (ev->rejected)
 		HttpClientSkip(relay_http, &ev->req);
 	else if (ev->loaded->routine->start != NULL)
 		delivery_start_native(ev);
 	else
-	{
 		HttpClientStart(relay_http, &ev->req);
-		return true;
-	}
-	return false;
 }
 
 /* Whether DeliveryStart() would start a request of the HTTP client for ev. */
@@ -1976,8 +1969,8 @@ DeliveryStartable(void)
  * an answered slot stayed empty while those ran (issue #20: next to a
  * destination with 1,000 requests in flight to a receiver that answers
  * after 200 ms, one with 8 slots whose receiver answers after 5 ms kept
- * 5.5 of them busy on average, 6.7 alone).  With the relay's turns of at
- * most RELAY_START_PER_TURN requests (relay.c) this shortens the wait;
+ * 5.5 of them busy on average, 6.7 alone).  With the relay starting about
+ * RELAY_START_PER_TURN requests at a time (relay.c) this shortens the wait;
  * docs/performance.md has the figures.
  */
 void
@@ -2866,6 +2859,6 @@ DeliveryRecord(List *done)
 	pg_atomic_fetch_add_u64(&relay_slot->published, published);
 	pg_atomic_fetch_add_u64(&relay_slot->failed, failed);
 	foreach(lc, ready)
-		(void) DeliveryStart(lfirst(lc));
+		DeliveryStart(lfirst(lc));
 	list_free(ready);
 }

@@ -413,11 +413,13 @@ relay_start_from(List **events, int limit)
 	while (*events != NIL)
 	{
 		RelayEvent *ev = linitial(*events);
+		bool		sends = DeliveryWouldSend(ev);
 
-		if (http >= limit && DeliveryWouldSend(ev))
+		if (http >= limit && sends)
 			break;
 		*events = list_delete_first(*events);
-		if (DeliveryStart(ev))
+		DeliveryStart(ev);
+		if (sends)
 			http++;
 	}
 	return http;

@@ -49,7 +49,7 @@ extern List *DeliveryLoadDestinations(void);
 extern void DeliveryLease(List *dests, bool *drained, bool *claimed);
 extern void DeliveryLeaseRead(void);
 extern void DeliveryLeaseStart(List *dests, List **leased);
-extern bool DeliveryStart(RelayEvent *ev);
+extern void DeliveryStart(RelayEvent *ev);
 extern bool DeliveryWouldSend(RelayEvent *ev);
 extern List *DeliveryCompleted(List *pending, HttpRequest *req);
 extern bool DeliveryStartable(void);
