@@ -247,6 +247,7 @@ typedef struct RelayEvent
 	OutboxMessage msg;
 	DeliveryResult result;
 	HttpRequest req;			/* req.owner: see relay_event_of() */
+	TimestampTz pumped_at;		/* when it left its waiting list */
 	TimestampTz started_at;		/* when its request was started */
 	bool		probe;			/* the circuit's probe (deststats.c) */
 	bool		outage;			/* failed while the circuit was open */
@@ -1365,6 +1366,19 @@ DeliveryStart(RelayEvent *ev)
 		HttpClientStart(relay_http, &ev->req);
 }
 
+/*
+ * Whether ev waited to start for a quarter of outbox.lease_margin since it
+ * was pumped: its lease had at least its timeout and half the margin left
+ * then (delivery_pump), and its request must end before the lease does,
+ * so relay.c starts it now whatever it has started already.
+ */
+bool
+DeliveryStartOverdue(RelayEvent *ev, TimestampTz now)
+{
+	return now >= TimestampTzPlusMilliseconds(ev->pumped_at,
+											  outbox_lease_margin / 4);
+}
+
 /* Whether DeliveryStart() would start a request of the HTTP client for ev. */
 bool
 DeliveryWouldSend(RelayEvent *ev)
@@ -1721,13 +1735,23 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
  * relay holds of the destination's concurrency (relay_capacity; nothing
  * but the circuit's probe while it is out).  Their requests
  * are built; the list of them is returned for DeliveryStart().
+ *
+ * They leave the waiting list only once their lease is renewed and their
+ * requests built: an error before (the renewal's UPDATE refused or
+ * cancelled, a request that could not be built) leaves them there, where
+ * the failed cycle frees them (DeliveryDropWaiting) with the slots they
+ * would have taken.  Taken off first, they were referenced by nothing and
+ * counted as sending for as long as the worker lived: the destination's
+ * slots stayed full, and this relay never sent to it again.
  */
 static List *
 delivery_pump(RelayDestination *rd)
 {
 	List	   *ready = NIL;
 	ListCell   *lc;
-	dlist_mutable_iter iter;
+	dlist_iter	iter;
+	int			sending = rd->sending;
+	TimestampTz now = GetCurrentTimestamp();
 	MemoryContext old = MemoryContextSwitchTo(relay_events_context);
 
 	/* what a native client did not take goes first, in its order */
@@ -1738,20 +1762,17 @@ delivery_pump(RelayDestination *rd)
 		dlist_delete(node);
 		dlist_push_head(&rd->waiting, node);
 	}
-	dlist_foreach_modify(iter, &rd->waiting)
+	dlist_foreach(iter, &rd->waiting)
 	{
 		RelayEvent *ev = dlist_container(RelayEvent, wait_node, iter.cur);
 
-		if (rd->sending >= rd->slots)
+		if (sending >= rd->slots)
 			break;
 		if (rd->probing && !ev->probe)
 			break;
 		if (ev->blocked)
 			continue;
-		dlist_delete(iter.cur);
-		ev->waiting = false;
-		ev->sending = true;
-		rd->sending++;
+		sending++;
 		ready = lappend(ready, ev);
 	}
 	MemoryContextSwitchTo(old);
@@ -1766,7 +1787,6 @@ delivery_pump(RelayDestination *rd)
 	foreach(lc, ready)
 	{
 		RelayEvent *ev = lfirst(lc);
-		TimestampTz now = GetCurrentTimestamp();
 		int			ms = ev->loaded->timeout_ms + outbox_lease_margin;
 
 		/*
@@ -1808,6 +1828,17 @@ delivery_pump(RelayDestination *rd)
 		delivery_build(d, run);
 		list_free(run);
 		MemoryContextSwitchTo(old);
+	}
+
+	foreach(lc, ready)
+	{
+		RelayEvent *ev = lfirst(lc);
+
+		dlist_delete(&ev->wait_node);
+		ev->pumped_at = now;
+		ev->waiting = false;
+		ev->sending = true;
+		rd->sending++;
 	}
 	return ready;
 }
@@ -2665,7 +2696,7 @@ delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead,
 {
 	bool		missing;
 	ListCell   *lc;
-	List	   *ready = NIL;
+	List	   *volatile ready = NIL;
 
 	if (!relay_begin(&missing))
 	{
@@ -2693,18 +2724,31 @@ delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead,
 
 	/*
 	 * What may start now is built here: signing may need the
-	 * transaction's resource owner.  It is started after the commit.
+	 * transaction's resource owner.  It is started after the commit.  If a
+	 * later pump or the commit fails, what earlier pumps took is freed
+	 * with the slots it holds (their batches go to the recovery), as the
+	 * failed cycle frees what still waits.
 	 */
-	foreach(lc, touched)
+	PG_TRY();
 	{
-		List	   *more = delivery_pump(lfirst(lc));
-		MemoryContext old = MemoryContextSwitchTo(relay_events_context);
+		foreach(lc, touched)
+		{
+			List	   *more = delivery_pump(lfirst(lc));
+			MemoryContext old = MemoryContextSwitchTo(relay_events_context);
 
-		ready = list_concat(ready, more);
-		MemoryContextSwitchTo(old);
-		list_free(more);
+			ready = list_concat(ready, more);
+			MemoryContextSwitchTo(old);
+			list_free(more);
+		}
+		relay_commit();
 	}
-	relay_commit();
+	PG_CATCH();
+	{
+		foreach(lc, ready)
+			DeliveryFreeEvent(lfirst(lc));
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	return ready;
 }
 

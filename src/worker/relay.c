@@ -403,19 +403,22 @@ relay_start_step(void)
  * The events a started request carries (which follow it), and those that
  * make no request, leave the list with it: once its answer is recorded
  * they are freed.  Each event leaves the list as it is started, so an
- * error here never frees a request curl still uses.
+ * error here never frees a request curl still uses.  An event that waited
+ * too long for its lease (DeliveryStartOverdue) starts beyond the limit:
+ * the list is in the order its events were pumped, so those are first.
  */
 static int
 relay_start_from(List **events, int limit)
 {
 	int			http = 0;
+	TimestampTz now = GetCurrentTimestamp();
 
 	while (*events != NIL)
 	{
 		RelayEvent *ev = linitial(*events);
 		bool		sends = DeliveryWouldSend(ev);
 
-		if (http >= limit && sends)
+		if (http >= limit && sends && !DeliveryStartOverdue(ev, now))
 			break;
 		*events = list_delete_first(*events);
 		DeliveryStart(ev);

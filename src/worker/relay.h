@@ -51,6 +51,7 @@ extern void DeliveryLeaseRead(void);
 extern void DeliveryLeaseStart(List *dests, List **leased);
 extern void DeliveryStart(RelayEvent *ev);
 extern bool DeliveryWouldSend(RelayEvent *ev);
+extern bool DeliveryStartOverdue(RelayEvent *ev, TimestampTz now);
 extern List *DeliveryCompleted(List *pending, HttpRequest *req);
 extern bool DeliveryStartable(void);
 extern void DeliveryStartAnswered(List **leased);

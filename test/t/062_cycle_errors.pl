@@ -80,6 +80,45 @@ like($log, qr/CONTEXT:  PL\/pgSQL function (?:public\.)?refuse\(\)[^\n]*\n(?:\t[
 	'with what it was doing');
 $node->safe_psql('postgres', 'DROP TRIGGER refuse ON inbox.messages');
 
+# A cycle that fails while it starts the next round of a batch (here the
+# renewal of the batch's lease is refused) loses none of the events it
+# was starting: the slots they would have taken are free again, and the
+# batch is delivered once its lease runs out.  One slot, a receiver that
+# answers after 700 ms, a lease of 1 s + 1 s: the second round renews it.
+my $slow = start_slow_sink();
+$log_start = -s $node->logfile;
+$node->safe_psql('postgres', qq{
+	ALTER SYSTEM SET outbox.lease_margin = '1s';
+	SELECT pg_reload_conf();
+	UPDATE outbox.destinations SET timeout_ms = 100 WHERE name = 'ok';
+	INSERT INTO outbox.destinations (name, url, max_concurrency, timeout_ms)
+		VALUES ('one_slot', '$slow->{url}/delay/700/one_slot', 1, 1000);
+	SELECT setval('tries', 1, false);
+	CREATE FUNCTION refuse_renewal() RETURNS trigger LANGUAGE plpgsql AS \$\$
+	BEGIN
+		IF NEW.leased_until <> OLD.leased_until AND nextval('public.tries') = 1 THEN
+			RAISE EXCEPTION 'renewal refused' USING ERRCODE = 'XY124';
+		END IF;
+		RETURN NEW;
+	END \$\$;
+	CREATE TRIGGER refuse_renewal BEFORE UPDATE ON outbox.batches
+		FOR EACH ROW EXECUTE FUNCTION refuse_renewal();
+});
+my @batch = split / /, $node->safe_psql('postgres', q{
+	SELECT string_agg(outbox.emit('slot.kept', g::text, '{}', destination => 'one_slot')::text, ' ')
+	  FROM generate_series(1, 4) g});
+ok(wait_until(sub { $node->log_contains('XY124: renewal refused', $log_start) }, 20),
+	'the renewal of the batch\'s lease failed once');
+is($node->safe_psql('postgres', qq{
+	SELECT bool_and(outbox.wait_published(id, '30 s'))
+	  FROM unnest('{@{[join ',', @batch]}}'::uuid[]) AS id}), 't',
+	'every event of the batch is delivered after the failed renewal');
+ok(wait_until(sub { $node->safe_psql('postgres', q{
+	SELECT sum(in_flight) FROM outbox.workers() WHERE database = 'postgres'}) eq '0' }, 10),
+	'and none is left counted in flight');
+$node->safe_psql('postgres', 'DROP TRIGGER refuse_renewal ON outbox.batches');
+stop_sink($slow);
+
 ok(!$node->log_contains('terminated by signal'), 'no process crashed');
 $node->stop;
 stop_sink($sink);
