@@ -1227,6 +1227,7 @@ delivery_build_requests(LoadedDestination *d, RelayEvent **evs,
 		MemoryContext old = MemoryContextSwitchTo(first->context);
 		int			k;
 
+		Assert(first->carried == NIL);	/* built once (delivery_pump) */
 		k = d->routine->build_request(d->target, &msgs[i],
 									  Min(n - i, d->routine->max_batch),
 									  &first->req);
@@ -1368,9 +1369,12 @@ DeliveryStart(RelayEvent *ev)
 
 /*
  * Whether ev waited to start for a quarter of outbox.lease_margin since it
- * was pumped: its lease had at least its timeout and half the margin left
- * then (delivery_pump), and its request must end before the lease does,
- * so relay.c starts it now whatever it has started already.
+ * was pumped: its lease had about its timeout and half the margin left
+ * then (delivery_pump; a renewal counts from its transaction's start), and
+ * its request must end before the lease does, so relay.c starts it now
+ * whatever it has started already.  Checked only where relay.c starts
+ * events, so the bound is approximate: the record and inbox steps between
+ * two starts add their time.
  */
 bool
 DeliveryStartOverdue(RelayEvent *ev, TimestampTz now)
@@ -1734,7 +1738,8 @@ delivery_queue_rows(LoadedDestination *d, RelayDestination *rd, bool probe,
  * skipping blocked events, while fewer are sending than the slots this
  * relay holds of the destination's concurrency (relay_capacity; nothing
  * but the circuit's probe while it is out).  Their requests
- * are built; the list of them is returned for DeliveryStart().
+ * are built; the list of them (in relay_cycle_context: callers copy it) is
+ * returned for DeliveryStart().
  *
  * They leave the waiting list only once their lease is renewed and their
  * requests built: an error before (the renewal's UPDATE refused or
@@ -1752,7 +1757,7 @@ delivery_pump(RelayDestination *rd)
 	dlist_iter	iter;
 	int			sending = rd->sending;
 	TimestampTz now = GetCurrentTimestamp();
-	MemoryContext old = MemoryContextSwitchTo(relay_events_context);
+	MemoryContext old = MemoryContextSwitchTo(relay_cycle_context);
 
 	/* what a native client did not take goes first, in its order */
 	while (!dlist_is_empty(&rd->held))
@@ -2746,6 +2751,7 @@ delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead,
 	{
 		foreach(lc, ready)
 			DeliveryFreeEvent(lfirst(lc));
+		list_free(ready);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -2802,7 +2808,7 @@ DeliveryRecord(List *done)
 	RecordRows	dead;
 	List	   *batches = NIL;
 	List	   *touched = NIL;
-	List	   *ready;
+	List	   *volatile ready;
 	int64		published = 0;
 	int64		failed = 0;
 	TimestampTz now = GetCurrentTimestamp();
@@ -2902,7 +2908,27 @@ DeliveryRecord(List *done)
 	ready = delivery_store(&ack, &retry, &dead, batches, touched);
 	pg_atomic_fetch_add_u64(&relay_slot->published, published);
 	pg_atomic_fetch_add_u64(&relay_slot->failed, failed);
-	foreach(lc, ready)
-		DeliveryStart(lfirst(lc));
-	list_free(ready);
+
+	/*
+	 * Each leaves the list before it starts (curl may use it once
+	 * started); if a start fails, those not started are freed.
+	 */
+	PG_TRY();
+	{
+		while (ready != NIL)
+		{
+			RelayEvent *ev = linitial(ready);
+
+			ready = list_delete_first(ready);
+			DeliveryStart(ev);
+		}
+	}
+	PG_CATCH();
+	{
+		foreach(lc, ready)
+			DeliveryFreeEvent(lfirst(lc));
+		list_free(ready);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 }

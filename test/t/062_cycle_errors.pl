@@ -17,6 +17,7 @@ use Test::More;
 my $sink = start_sink();
 my $node = new_outbox_node('cycle_errors', qq{
 outbox.workers_per_database = 1
+outbox.lease_margin = 1s
 log_error_verbosity = verbose
 });
 $node->start;
@@ -88,8 +89,6 @@ $node->safe_psql('postgres', 'DROP TRIGGER refuse ON inbox.messages');
 my $slow = start_slow_sink();
 $log_start = -s $node->logfile;
 $node->safe_psql('postgres', qq{
-	ALTER SYSTEM SET outbox.lease_margin = '1s';
-	SELECT pg_reload_conf();
 	UPDATE outbox.destinations SET timeout_ms = 100 WHERE name = 'ok';
 	INSERT INTO outbox.destinations (name, url, max_concurrency, timeout_ms)
 		VALUES ('one_slot', '$slow->{url}/delay/700/one_slot', 1, 1000);
@@ -117,6 +116,41 @@ ok(wait_until(sub { $node->safe_psql('postgres', q{
 	SELECT sum(in_flight) FROM outbox.workers() WHERE database = 'postgres'}) eq '0' }, 10),
 	'and none is left counted in flight');
 $node->safe_psql('postgres', 'DROP TRIGGER refuse_renewal ON outbox.batches');
+
+# The same when the failure comes at the commit of the step that recorded
+# a result and took the next events (an ordered destination's: the record
+# step starts them): a deferred trigger refuses the renewal's UPDATE at
+# commit, after the events were taken for sending.
+$log_start = -s $node->logfile;
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, url, max_concurrency, timeout_ms, options)
+		VALUES ('one_slot_ordered', '$slow->{url}/delay/700/one_slot_ordered', 1, 1000,
+		        '{"ordering": "aggregate"}');
+	SELECT setval('tries', 1, false);
+	CREATE FUNCTION refuse_renewal_at_commit() RETURNS trigger LANGUAGE plpgsql AS \$\$
+	BEGIN
+		IF NEW.leased_until <> OLD.leased_until AND nextval('public.tries') = 1 THEN
+			RAISE EXCEPTION 'renewal refused at commit' USING ERRCODE = 'XY125';
+		END IF;
+		RETURN NULL;
+	END \$\$;
+	CREATE CONSTRAINT TRIGGER refuse_renewal_at_commit AFTER UPDATE ON outbox.batches
+		DEFERRABLE INITIALLY DEFERRED
+		FOR EACH ROW EXECUTE FUNCTION refuse_renewal_at_commit();
+});
+@batch = split / /, $node->safe_psql('postgres', q{
+	SELECT string_agg(outbox.emit('slot.kept', g::text, '{}', destination => 'one_slot_ordered')::text, ' ')
+	  FROM generate_series(1, 4) g});
+ok(wait_until(sub { $node->log_contains('XY125: renewal refused at commit', $log_start) }, 20),
+	'the commit of a renewal failed once');
+is($node->safe_psql('postgres', qq{
+	SELECT bool_and(outbox.wait_published(id, '30 s'))
+	  FROM unnest('{@{[join ',', @batch]}}'::uuid[]) AS id}), 't',
+	'every event of the ordered batch is delivered after the failed commit');
+ok(wait_until(sub { $node->safe_psql('postgres', q{
+	SELECT sum(in_flight) FROM outbox.workers() WHERE database = 'postgres'}) eq '0' }, 10),
+	'and none is left counted in flight');
+$node->safe_psql('postgres', 'DROP TRIGGER refuse_renewal_at_commit ON outbox.batches');
 stop_sink($slow);
 
 ok(!$node->log_contains('terminated by signal'), 'no process crashed');
