@@ -27,8 +27,14 @@ has answered every event.  BENCH_EVENTS scales the backlogs (default 1:
 ("a = 1; b = 2").  BENCH_HTTP2=1: the slow destination is reached over
 HTTP/2 with TLS (http_version '2'), through nginx with a throwaway
 certificate in front of the receiver; "connections" is then the relay's
-connections to nginx (distinct in nginx's log), not the receiver's.  A
-benchmark, not a test.
+connections to nginx (distinct in nginx's log), not the receiver's.
+BENCH_SLOW_RECEIVER=nginx: the slow destination's receiver is nginx with
+the echo module (Debian's libnginx-mod-http-echo: echo_sleep, then 204)
+instead of slow_sink.py, a receiver that costs the machine little CPU
+(the Python one takes half a core at 5,000 requests/s, on a machine of
+two); the receiver then reports no requests in flight, and the slow
+destination counts as at its limit once max_concurrency requests were
+answered.  A benchmark, not a test.
 """
 import json
 import os
@@ -56,6 +62,8 @@ ROWS = [(1, 200, 16, 1000), (1, 200, 200, 5000), (2, 1000, 1000, 20000), (1, 100
 WHICH = [int(r) for r in os.environ.get("BENCH_ROWS", "1,2,3").split(",")]
 SETTINGS = os.environ.get("BENCH_SETTINGS", "").replace(";", "\n")
 HTTP2 = os.environ.get("BENCH_HTTP2", "") == "1"
+SLOW_NGINX = os.environ.get("BENCH_SLOW_RECEIVER", "") == "nginx"
+ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
@@ -106,10 +114,60 @@ http {{
     return proc, port, cert, log
 
 
+def start_nginx_receiver(tmp):
+    """nginx answering 204 to everything after DELAY ms (the echo
+    module's echo_sleep), logging each request's connection and URI;
+    returns (process, port, its access log)."""
+    if not os.path.exists(ECHO_MODULE):
+        raise RuntimeError(f"BENCH_SLOW_RECEIVER=nginx needs {ECHO_MODULE} (apt install libnginx-mod-http-echo)")
+    d = os.path.join(tmp, "nginx_receiver")
+    os.makedirs(d)
+    for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        os.makedirs(os.path.join(d, sub))
+    port = free_port()
+    log = os.path.join(d, "access.log")
+    with open(os.path.join(d, "nginx.conf"), "w") as f:
+        f.write(f"""load_module {ECHO_MODULE};
+daemon off;
+master_process off;
+worker_rlimit_nofile 16384;
+error_log {d}/error.log warn;
+pid {d}/nginx.pid;
+events {{ worker_connections 8192; }}
+http {{
+    log_format c '$connection $request_uri';
+    access_log {log} c;
+    client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        keepalive_requests 1000000;
+        keepalive_timeout 300s;
+        location / {{ echo_sleep {DELAY / 1000.0}; echo_status 204; }}
+    }}
+}}
+""")
+    proc = subprocess.Popen([NGINX, "-p", d, "-c", os.path.join(d, "nginx.conf")])
+    for _ in range(100):
+        if os.path.exists(os.path.join(d, "nginx.pid")):
+            break
+        time.sleep(0.05)
+    return proc, port, log
+
+
+def log_requests(log, name):
+    """Requests in an nginx receiver's access log whose URI ends in /name."""
+    try:
+        with open(log) as f:
+            return sum(1 for line in f if line.rstrip("\n").endswith("/" + name))
+    except OSError:
+        return 0
+
+
 def distinct_connections(log):
     try:
         with open(log) as f:
-            return len(set(f.read().split()))
+            return len({line.split()[0] for line in f if line.strip()})
     except OSError:
         return None
 
@@ -216,6 +274,21 @@ def run_row(workers, batch_size, conc, n, neighbour):
     fast_sink, fast_port, fast_stats = start_sink(tmp, "fast.json") if neighbour else (None, port, stats)
     front = None
     slow_url, slow_options, extra = f"http://127.0.0.1:{port}/delay/{DELAY}/slow", "{}", ""
+    receiver_pid = sink.pid
+    if SLOW_NGINX and HTTP2:
+        raise RuntimeError("BENCH_SLOW_RECEIVER=nginx and BENCH_HTTP2=1 do not go together")
+    if SLOW_NGINX:
+        front, nginx_port, nginx_log = start_nginx_receiver(tmp)
+        slow_url = f"http://127.0.0.1:{nginx_port}/delay/{DELAY}/slow"
+        receiver_pid = front.pid
+
+    def slow_answered():
+        return log_requests(nginx_log, "slow") if SLOW_NGINX else answered(stats, "slow")
+
+    def slow_at_limit():
+        if SLOW_NGINX:
+            return slow_answered() >= conc
+        return sink_stats(stats)["names"].get("slow", {}).get("in_flight", 0) >= conc * 0.9
     if HTTP2:
         front, front_port, cert, front_log = start_h2_front(tmp, port)
         slow_url = f"https://127.0.0.1:{front_port}/delay/{DELAY}/slow"
@@ -243,14 +316,17 @@ def run_row(workers, batch_size, conc, n, neighbour):
         relays = cur.fetchone()[0]
         with open(f"/proc/{relays[0]}/limits") as f:
             out["nofile"] = next(line.split()[3] for line in f if line.startswith("Max open files"))
-        whole = Phase(relays + [sink.pid])
+        whole = Phase(relays + [receiver_pid])
         if not neighbour:
-            out["rate"] = n / resume_and_wait(cur, stats, "slow", n)
+            t0 = time.time()
+            cur.execute("UPDATE outbox.destinations SET paused = false WHERE name = 'slow'")
+            wait_for(lambda: slow_answered() >= n, "every answer of slow")
+            out["rate"] = n / (time.time() - t0)
         else:
             # the fast one alone, then next to the slow one at its limit
             nf = FAST_EVENTS
             emit(cur, "fast", nf)
-            pids = relays + [sink.pid, fast_sink.pid]
+            pids = relays + [receiver_pid, fast_sink.pid]
             out["fast_alone"], out["cpu_alone"], out["seen_alone"], out["steady_alone"], out["start_alone"] = \
                 fast_phase(cur, fast_stats, pids, nf, "fast_alone")
             cur.execute("UPDATE outbox.destinations SET paused = true WHERE name = 'fast'")
@@ -258,12 +334,11 @@ def run_row(workers, batch_size, conc, n, neighbour):
             t0 = time.time()
             cur.execute("UPDATE outbox.destinations SET paused = false WHERE name = 'slow'")
             # at its limit, or as close as it gets in 5 s
-            wait_for(lambda: sink_stats(stats)["names"].get("slow", {}).get("in_flight", 0) >= conc * 0.9
-                     or time.time() > t0 + 5, "the slow destination at its limit")
+            wait_for(lambda: slow_at_limit() or time.time() > t0 + 5, "the slow destination at its limit")
             out["fast_next"], out["cpu_next"], out["seen_next"], out["steady_next"], out["start_next"] = \
                 fast_phase(cur, fast_stats, pids, nf, "fast_next")
-            out["slow_left"] = n - answered(stats, "slow")
-            wait_for(lambda: answered(stats, "slow") >= n, "every answer of slow")
+            out["slow_left"] = n - slow_answered()
+            wait_for(lambda: slow_answered() >= n, "every answer of slow")
             out["rate"] = n / (time.time() - t0)
         procs = whole.end()[1]
         out["cpu"] = "relays " + " + ".join(f"{100 * c:.0f}%" for c in procs[:-1]) + \
@@ -271,7 +346,12 @@ def run_row(workers, batch_size, conc, n, neighbour):
         time.sleep(0.3)
         s = sink_stats(stats)
         out["max_in_flight"] = s["names"].get("slow", {}).get("max_in_flight")
-        out["max_connections"] = distinct_connections(front_log) if HTTP2 else s.get("max_connections")
+        if SLOW_NGINX:
+            out["max_connections"] = distinct_connections(nginx_log)
+        elif HTTP2:
+            out["max_connections"] = distinct_connections(front_log)
+        else:
+            out["max_connections"] = s.get("max_connections")
         conn.close()
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True)
@@ -286,7 +366,8 @@ def run_row(workers, batch_size, conc, n, neighbour):
 
 def main():
     print(f"receiver answers after {DELAY} ms; BENCH_ROWS {','.join(map(str, WHICH))}; settings: {SETTINGS or '-'}"
-          f"{'; over HTTP/2 with TLS (nginx in front)' if HTTP2 else ''}\n")
+          f"{'; over HTTP/2 with TLS (nginx in front)' if HTTP2 else ''}"
+          f"{'; the slow receiver is nginx (echo_sleep)' if SLOW_NGINX else ''}\n")
     print("| relay workers | batch_size | max_concurrency | events | delivered | bound: max_concurrency / delay | receiver: most in flight | connections | CPU (of a core) |")
     print("|---|---|---|---|---|---|---|---|---|")
     notes = []
