@@ -2314,8 +2314,12 @@ DeliveryLeaseStart(List *dests, List **leased)
 /*
  * Free the events that wait on their destinations' lists (a failed
  * cycle): their batches are left to the recovery, their retries rows to
- * their lease's end.  The next sweep looks at every batch whose lease ran
- * out: what the failed cycle's sweep found was not claimed.
+ * their lease's end.  The next sweep is a full one, and looks at every
+ * batch whose lease ran out: what the failed cycle's sweep found was not
+ * claimed, and a lease step that failed after some of its claims had
+ * already set their destinations' state (drained, their generation seen,
+ * their retries looked at) rolled those claims back; nothing else would
+ * claim those events again before the destination's next emit().
  */
 void
 DeliveryDropWaiting(void)
@@ -2324,6 +2328,7 @@ DeliveryDropWaiting(void)
 	RelayDestination *rd;
 
 	sweep_expired_since = DT_NOBEGIN;
+	sweep_all = true;
 	pass_unread = NIL;
 	DeliveryStartAnswered(NULL);
 

@@ -153,6 +153,44 @@ ok(wait_until(sub { $node->safe_psql('postgres', q{
 $node->safe_psql('postgres', 'DROP TRIGGER refuse_renewal_at_commit ON outbox.batches');
 stop_sink($slow);
 
+# A lease step that fails after it claimed for one destination (the claim
+# of the second destination of the pass is refused) rolls that claim back:
+# the first destination's events are claimed again, though nothing more is
+# emitted to it.
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, url) VALUES
+		('pair_a', '$u/pair/a'), ('pair_b', '$u/pair/b');
+});
+for my $d ('pair_a', 'pair_b')
+{
+	my ($first) = emit_events($node, 'pair.first', $d, 1);
+	is($node->safe_psql('postgres', qq{SELECT outbox.wait_published('$first', '10 s')}), 't',
+		"$d delivers before the failing claim");
+}
+$log_start = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	CREATE SEQUENCE pair_claims;
+	CREATE FUNCTION refuse_second_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF nextval('public.pair_claims') = 2 THEN
+			RAISE EXCEPTION 'second claim refused' USING ERRCODE = 'XY126';
+		END IF;
+		RETURN NEW;
+	END $$;
+	CREATE TRIGGER refuse_second_claim BEFORE INSERT ON outbox.batches
+		FOR EACH ROW EXECUTE FUNCTION refuse_second_claim();
+});
+my @pair = split / /, $node->safe_psql('postgres', q{
+	SELECT outbox.emit('pair.second', 'a', '{}', destination => 'pair_a')::text || ' ' ||
+	       outbox.emit('pair.second', 'b', '{}', destination => 'pair_b')::text});
+ok(wait_until(sub { $node->log_contains('XY126: second claim refused', $log_start) }, 20),
+	'the lease step failed at its second claim');
+is($node->safe_psql('postgres', qq{
+	SELECT bool_and(outbox.wait_published(id, '15 s'))
+	  FROM unnest('{@{[join ',', @pair]}}'::uuid[]) AS id}), 't',
+	'both destinations\' events are delivered, the one whose claim was rolled back too');
+$node->safe_psql('postgres', 'DROP TRIGGER refuse_second_claim ON outbox.batches');
+
 ok(!$node->log_contains('terminated by signal'), 'no process crashed');
 $node->stop;
 stop_sink($sink);
