@@ -59,6 +59,7 @@
 /* Room for the response of a batch call (ten result entries and more). */
 #define SQS_CAPTURE_BATCH	65536
 #define SQS_CAPTURE_SINGLE	4096
+#define SQS_MAX_DEPTH		32	/* of a response's JSON (sqs_too_deep) */
 
 /* The members of one message (without braces), after "Id" if any. */
 static void
@@ -139,18 +140,56 @@ sqs_build_request(void *target, OutboxMessage *const *msgs, int n,
 }
 
 /*
- * Parse a response body as jsonb; NULL if it is not valid JSON.  The
- * lexer reports problems as a result code (no ERROR), and text it accepts
- * is accepted by jsonb_in too.
+ * Whether a body nests arrays and objects deeper than SQS_MAX_DEPTH
+ * (strings skipped).  SQS answers nest three deep; the JSON parser
+ * recurses per level and raises an ERROR at the stack's limit (a 200 of
+ * 30,000 "[" failed the relay's whole record step, and every result
+ * recorded with it was sent again, each time the answer came back).
+ */
+static bool
+sqs_too_deep(const char *text, size_t len)
+{
+	int			depth = 0;
+	bool		in_string = false;
+
+	for (size_t i = 0; i < len; i++)
+	{
+		char		c = text[i];
+
+		if (in_string)
+		{
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_string = false;
+		}
+		else if (c == '"')
+			in_string = true;
+		else if (c == '[' || c == '{')
+		{
+			if (++depth > SQS_MAX_DEPTH)
+				return true;
+		}
+		else if (c == ']' || c == '}')
+			depth--;
+	}
+	return false;
+}
+
+/*
+ * Parse a response body as jsonb; NULL if it is not valid JSON, or nested
+ * deeper than an SQS answer ever is.  The lexer reports problems as a
+ * result code (no ERROR), and text it accepts is accepted by jsonb_in too.
  */
 static Jsonb *
 sqs_parse(const char *text, size_t len)
 {
 	JsonLexContext *lex;
-	char	   *copy = pnstrdup(text, len);
+	char	   *copy;
 
-	if (len == 0)
+	if (len == 0 || sqs_too_deep(text, len))
 		return NULL;
+	copy = pnstrdup(text, len);
 	lex = makeJsonLexContextCstringLen(NULL, copy, len, GetDatabaseEncoding(), true);
 	if (pg_parse_json(lex, &nullSemAction) != JSON_SUCCESS)
 		return NULL;

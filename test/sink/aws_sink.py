@@ -15,6 +15,7 @@ Fault modes, chosen by the topic or queue name:
                   inside an HTTP 200; they succeed when sent again
   ...poison...    entries whose body contains "poison" always fail with
                   SenderFault true (InvalidParameterValue), inside an HTTP 200
+  ...deep...      (SQS) an HTTP 200 whose body opens 30,000 JSON arrays
 Standard library and botocore only.
 """
 import argparse
@@ -202,7 +203,9 @@ class Handler(BaseHTTPRequestHandler):
         record["answer"] = 200
         self.log(record)
 
-        if target:
+        if target and "deep" in name:
+            self.reply(200, "[" * 30000, "application/x-amz-json-1.0")
+        elif target:
             if not batch:
                 e = entries[0]
                 self.reply(200, json.dumps({"MD5OfMessageBody": hashlib.md5(e["body"].encode()).hexdigest(),
