@@ -1112,16 +1112,6 @@ delivery_new_event(LoadedDestination *d, RelayDestination *rd, bool probe,
 	ev->context = cxt;
 	ev->dest = rd;
 	ev->loaded = d;
-	d->refs++;
-	ev->probe = probe;
-	if (probe)
-		rd->probing = true;
-	ev->batch = batch;
-	if (batch != NULL)
-	{
-		batch->refs++;
-		batch->unrecorded++;
-	}
 	memcpy(&ev->id, DatumGetUUIDP(SPI_getbinval(tup, desc, 1, &isnull)),
 		   sizeof(pg_uuid_t));
 	ev->attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
@@ -1139,6 +1129,23 @@ delivery_new_event(LoadedDestination *d, RelayDestination *rd, bool probe,
 	ev->req.timeout_ms = d->timeout_ms;
 	MemoryContextSwitchTo(old);
 
+	/*
+	 * Counted once nothing above can fail (out of memory, a toasted value
+	 * that cannot be read): an error there leaves no reference, probe or
+	 * batch counted for an event that does not exist (a batch counted in
+	 * rd->batches for ever held an ordered destination's claims back).
+	 */
+	d->refs++;
+	ev->probe = probe;
+	if (probe)
+		rd->probing = true;
+	ev->batch = batch;
+	if (batch != NULL)
+	{
+		if (batch->refs++ == 0)
+			rd->batches++;
+		batch->unrecorded++;
+	}
 	rd->in_flight++;
 	total_in_flight++;
 	OutboxDestStatsSetInFlight(rd->stats, RELAY_SLOT_INDEX, rd->in_flight);	/* ops */
@@ -1625,8 +1632,7 @@ delivery_new_batch(RelayDestination *rd, uint64 n)
 	b->d_ids = MemoryContextAlloc(cxt, n * sizeof(Datum));
 	b->d_statuses = MemoryContextAlloc(cxt, n * sizeof(Datum));
 	b->d_errors = MemoryContextAlloc(cxt, n * sizeof(Datum));
-	rd->batches++;
-	return b;
+	return b;				/* counted in rd->batches with its first event */
 }
 
 /* The last event of a batch is gone. */
