@@ -2710,16 +2710,9 @@ static List *
 delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead,
 			   List *batches, List *touched)
 {
-	bool		missing;
 	ListCell   *lc;
 	List	   *volatile ready = NIL;
 
-	if (!relay_begin(&missing))
-	{
-		/* extension gone or being dropped: the rows are gone or leased */
-		relay_commit();
-		return NIL;
-	}
 	if (ack->n > 0)
 		OutboxStoreRetriesAck(uuid_array(ack->ids, ack->n));
 	/* retry and dead change a row only under the lease they belong to */
@@ -2807,11 +2800,18 @@ delivery_hold_chain(RelayEvent *ev, TimestampTz now, List **batches)
 /*
  * Record the results of completed requests in one transaction, then start
  * what waited for them (the next event of an aggregate, events beyond
- * max_concurrency).
+ * max_concurrency).  false when the relay's tables are locked (VACUUM
+ * FULL, LOCK TABLE): nothing is recorded, nor changed in memory, and the
+ * caller keeps the results for a later call.  Recorded in memory first
+ * and then dropped, they left their batches unacknowledged, and each was
+ * sent again when its lease ran out.  Without the extension (or with its
+ * SQL objects outdated) they are dropped: their rows are gone, or leased
+ * to be sent again.
  */
-void
+bool
 DeliveryRecord(List *done)
 {
+	bool		missing;
 	ListCell   *lc;
 	int			n = list_length(done);
 	RecordRows	ack;
@@ -2824,6 +2824,8 @@ DeliveryRecord(List *done)
 	int64		failed = 0;
 	TimestampTz now = GetCurrentTimestamp();
 
+	if (!relay_begin(&missing))
+		return missing || relay_outdated;
 	record_rows_init(&ack, n);
 	record_rows_init(&retry, n);
 	record_rows_init(&dead, n);
@@ -2903,7 +2905,7 @@ DeliveryRecord(List *done)
 			batches = lappend(batches, ev->batch);
 	}
 
-	/* these are done: what they held back may start */
+	/* these are done: what they held back may start (in the open step) */
 	foreach(lc, done)
 	{
 		RelayEvent *ev = lfirst(lc);
@@ -2942,4 +2944,5 @@ DeliveryRecord(List *done)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	return true;
 }

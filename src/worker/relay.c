@@ -337,7 +337,7 @@ relay_flush_step(void)
 	if (loop.pending_done != NIL)
 	{
 		relay_set_state(RELAY_WORKING, "recording results");
-		DeliveryRecord(loop.pending_done);
+		(void) DeliveryRecord(loop.pending_done);	/* locked: sent again */
 		relay_free_events(&loop.pending_done);
 	}
 	RESUME_INTERRUPTS();
@@ -473,8 +473,9 @@ relay_record_step(void)
 		return;
 
 	relay_set_state(RELAY_WORKING, "recording results");
-	DeliveryRecord(loop.pending_done);
-	relay_free_events(&loop.pending_done);
+	if (DeliveryRecord(loop.pending_done))
+		relay_free_events(&loop.pending_done);
+	/* else the tables are locked: again after the next wait */
 }
 
 /*

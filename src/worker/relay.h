@@ -55,7 +55,7 @@ extern bool DeliveryStartOverdue(RelayEvent *ev, TimestampTz now);
 extern List *DeliveryCompleted(List *pending, HttpRequest *req);
 extern bool DeliveryStartable(void);
 extern void DeliveryStartAnswered(List **leased);
-extern void DeliveryRecord(List *done);
+extern bool DeliveryRecord(List *done);
 extern void DeliveryFreeEvent(RelayEvent *ev);
 extern void DeliveryDropWaiting(void);
 extern void DeliveryWatchNative(void);

@@ -151,6 +151,28 @@ ok(wait_until(sub { $node->safe_psql('postgres', q{
 	SELECT sum(in_flight) FROM outbox.workers() WHERE database = 'postgres'}) eq '0' }, 10),
 	'and none is left counted in flight');
 $node->safe_psql('postgres', 'DROP TRIGGER refuse_renewal_at_commit ON outbox.batches');
+
+# An answer that comes while the relay's tables are locked (VACUUM FULL,
+# LOCK TABLE) is recorded once the lock is gone, not dropped: dropped, its
+# batch stayed unacknowledged and was sent again when its lease ran out.
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, url, timeout_ms)
+		VALUES ('locked_out', '$slow->{url}/delay/1500/locked_out', 3000);
+});
+my ($locked_id) = emit_events($node, 'lock.waited', 'locked_out', 1);
+ok(wait_until(sub { (slow_sink_stats($slow)->{names}{locked_out}{in_flight} // 0) == 1 }, 20),
+	'the request is out');
+$node->safe_psql('postgres', q{
+	BEGIN;
+	LOCK TABLE outbox.batches IN ACCESS EXCLUSIVE MODE;
+	SELECT pg_sleep(3);
+	COMMIT;
+});
+is($node->safe_psql('postgres', qq{SELECT outbox.wait_published('$locked_id', '10 s')}), 't',
+	'the answer that came during the lock is recorded after it');
+# past the lease (3 s + 1 s) and a sweep: a dropped result would be sent again by now
+sleep(3);
+is(slow_sink_stats($slow)->{names}{locked_out}{requests}, 1, 'and the event was sent once');
 stop_sink($slow);
 
 # A lease step that fails after it claimed for one destination (the claim
