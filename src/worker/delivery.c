@@ -148,6 +148,7 @@ typedef struct RelayDestination
 	uint64		seen_generation;	/* ... at its last claim that drained */
 	bool		busy;			/* its last claim was full: claim again */
 	bool		due;			/* the sweep found due work */
+	uint64		lease_pass;		/* the last lease pass that looked at it */
 	TimestampTz retry_due;		/* the earliest retry this relay wrote; 0: none */
 	TimestampTz retries_look_at;	/* outbox.retries leased again then at the
 									 * latest; 0: at once (delivery_lease_one) */
@@ -351,6 +352,7 @@ static TimestampTz sweep_all_batches_at = 0;
  * and a retry written set it again.
  */
 static uint64 pass_emitted_generation = 0;
+static uint64 lease_pass = 0;	/* lease passes run (DeliveryLease) */
 static bool pass_business = true;
 
 /*
@@ -585,6 +587,7 @@ delivery_destination(const char *name)
 		rd->seen_generation = 0;
 		rd->busy = false;
 		rd->due = false;
+		rd->lease_pass = 0;
 		rd->retry_due = 0;
 		rd->retries_look_at = 0;
 		rd->stats = NULL;
@@ -2262,12 +2265,14 @@ DeliveryLease(List *dests, bool *drained, bool *claimed)
 	if (!pass_business && emitted == pass_emitted_generation)
 		return;
 	pass_ran = true;
+	lease_pass++;
 	lease = delivery_lease_interval();
 	foreach(lc, dests)
 	{
 		LoadedDestination *d = lfirst(lc);
 		bool		has;
 
+		d->dest->lease_pass = lease_pass;
 		delivery_lease_one(d, now, lease, drained, claimed);
 		has = delivery_has_business(d->dest);
 		delivery_connection_reserve(d->dest, has, &destinations, &reserved);
@@ -2320,12 +2325,15 @@ DeliveryLeaseStart(List *dests, List **leased)
 /*
  * Free the events that wait on their destinations' lists (a failed
  * cycle): their batches are left to the recovery, their retries rows to
- * their lease's end.  The next sweep is a full one, and looks at every
- * batch whose lease ran out: what the failed cycle's sweep found was not
- * claimed, and a lease step that failed after some of its claims had
- * already set their destinations' state (drained, their generation seen,
- * their retries looked at) rolled those claims back; nothing else would
- * claim those events again before the destination's next emit().
+ * their lease's end.  The next sweep looks at every batch whose lease ran
+ * out: what the failed cycle's sweep found was not claimed.  The
+ * destinations the last lease pass looked at are due again: a lease step
+ * that failed after some of its claims had set their destinations' state
+ * (drained, their generation seen, their retries looked at) rolled those
+ * claims back, and nothing else claimed those events again before the
+ * destination's next emit() (the periodic sweep reads the log only for
+ * prepared transactions).  Due, the next pass leases their retries, looks
+ * for an expired batch and claims.
  */
 void
 DeliveryDropWaiting(void)
@@ -2334,13 +2342,17 @@ DeliveryDropWaiting(void)
 	RelayDestination *rd;
 
 	sweep_expired_since = DT_NOBEGIN;
-	sweep_all = true;
 	pass_unread = NIL;
 	DeliveryStartAnswered(NULL);
 
 	hash_seq_init(&status, destinations);
 	while ((rd = hash_seq_search(&status)) != NULL)
 	{
+		if (lease_pass != 0 && rd->lease_pass == lease_pass)
+		{
+			rd->due = true;
+			pass_business = true;
+		}
 		while (!dlist_is_empty(&rd->waiting))
 			DeliveryFreeEvent(dlist_container(RelayEvent, wait_node,
 											  dlist_head_node(&rd->waiting)));

@@ -111,6 +111,8 @@ typedef struct RelayLoop
 										 * inbox last looked for */
 	TimestampTz last_poll;		/* last lease that drained every destination */
 	TimestampTz first_done_at;	/* when the oldest of pending_done completed */
+	TimestampTz record_again_at;	/* tables locked: record then; 0: at once */
+	int			record_backoff_ms;	/* ... after this long (doubling) */
 	List	   *pending_done;	/* completed, not recorded yet */
 	List	   *answered;		/* for slots answers freed, not started yet */
 	List	   *leased;			/* leased, not started yet */
@@ -147,7 +149,7 @@ static void relay_set_state(RelayState state, const char *activity);
 static void relay_announce(void);
 static void relay_exit_no_extension(void);
 static void relay_free_events(List **events);
-static void relay_collect(HttpRequest *done);
+static bool relay_collect(HttpRequest *done);
 
 void
 OutboxRelayMain(Datum main_arg)
@@ -327,7 +329,7 @@ relay_flush_step(void)
 			break;
 		wait_ms = Min(100, (long) ((deadline - now + 999) / 1000));
 		DeliveryWatchNative();
-		relay_collect(HttpClientWait(relay_http, wait_ms, &woken));
+		(void) relay_collect(HttpClientWait(relay_http, wait_ms, &woken));
 	}
 	if (DeliveryNativeOutstanding() > 0)
 		ereport(LOG,
@@ -472,10 +474,26 @@ relay_record_step(void)
 									RECORD_DELAY_MS))
 		return;
 
+	if (loop.record_again_at != 0 && GetCurrentTimestamp() < loop.record_again_at)
+		return;
+
 	relay_set_state(RELAY_WORKING, "recording results");
 	if (DeliveryRecord(loop.pending_done))
+	{
 		relay_free_events(&loop.pending_done);
-	/* else the tables are locked: again after the next wait */
+		loop.record_again_at = 0;
+		loop.record_backoff_ms = 0;
+		return;
+	}
+
+	/*
+	 * The tables are locked (VACUUM FULL, LOCK TABLE): the results wait,
+	 * tried again after RECORD_DELAY_MS, doubling up to a poll interval.
+	 */
+	loop.record_backoff_ms = Min(Max(loop.record_backoff_ms * 2, RECORD_DELAY_MS),
+								 outbox_poll_interval);
+	loop.record_again_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   loop.record_backoff_ms);
 }
 
 /*
@@ -575,6 +593,8 @@ relay_cycle_failed(void)
 						   relay_activity, relay_database_name);
 	/* results not recorded are sent again after their lease */
 	relay_free_events(&loop.pending_done);
+	loop.record_again_at = 0;
+	loop.record_backoff_ms = 0;
 	/*
 	 * leased but never started: their lease was rolled back, or, once
 	 * their claim committed (relay_lease_step), they are sent again when
@@ -612,6 +632,9 @@ relay_wait_step(void)
 	if (relay_outdated)
 		relay_set_state(RELAY_OUTDATED,
 						"waiting for ALTER EXTENSION outbox_pg UPDATE");
+	else if (loop.record_again_at != 0)
+		relay_set_state(RELAY_WORKING,
+						"waiting for a lock on the outbox tables to record results");
 	else if (DeliveryInFlight() == 0)
 		relay_set_state(RELAY_IDLE, "waiting for events");
 	else
@@ -639,19 +662,21 @@ relay_wait_step(void)
 		}
 	}
 
-	relay_collect(done);
-	if (loop.pending_done != NIL)
+	/* results (not those kept while the tables are locked): lease more */
+	if (relay_collect(done))
 		loop.need_lease = true;
 }
 
 /*
  * The events that completed: the answered requests, and what the native
  * clients completed; they wait in pending_done beyond this iteration.
+ * Whether there were any.
  */
-static void
+static bool
 relay_collect(HttpRequest *done)
 {
 	bool		was_empty = (loop.pending_done == NIL);
+	int			had = list_length(loop.pending_done);
 
 	MemoryContextSwitchTo(relay_events_context);
 	while (done != NULL)
@@ -665,6 +690,7 @@ relay_collect(HttpRequest *done)
 	MemoryContextSwitchTo(relay_cycle_context);
 	if (was_empty && loop.pending_done != NIL)
 		loop.first_done_at = GetCurrentTimestamp();
+	return list_length(loop.pending_done) > had;
 }
 
 /* How long relay_wait_step() may wait. */
@@ -677,6 +703,8 @@ relay_wait_time(void)
 	if (loop.leased != NIL || loop.answered != NIL ||
 		(loop.need_lease && DeliveryInFlight() < outbox_batch_size))
 		wait_ms = 0;
+	else if (loop.pending_done != NIL && loop.record_again_at != 0)
+		wait_ms = Max((long) ((loop.record_again_at - now + 999) / 1000), 0);
 	else if (loop.pending_done != NIL)
 		wait_ms = RECORD_DELAY_MS;
 	else
