@@ -59,7 +59,8 @@
 /* Room for the response of a batch call (ten result entries and more). */
 #define SQS_CAPTURE_BATCH	65536
 #define SQS_CAPTURE_SINGLE	4096
-#define SQS_MAX_DEPTH		32	/* of a response's JSON (sqs_too_deep) */
+#define SQS_MAX_DEPTH		32	/* of a response's JSON (sqs_unsafe_json) */
+#define SQS_MAX_NUMBER		32	/* characters of a number in it */
 
 /* The members of one message (without braces), after "Id" if any. */
 static void
@@ -140,17 +141,25 @@ sqs_build_request(void *target, OutboxMessage *const *msgs, int n,
 }
 
 /*
- * Whether a body nests arrays and objects deeper than SQS_MAX_DEPTH
- * (strings skipped).  SQS answers nest three deep; the JSON parser
- * recurses per level and raises an ERROR at the stack's limit (a 200 of
- * 30,000 "[" failed the relay's whole record step, and every result
- * recorded with it was sent again, each time the answer came back).
+ * Whether a body has what would make parsing it raise an ERROR rather
+ * than fail softly (the lexer's result codes): arrays and objects nested
+ * deeper than SQS_MAX_DEPTH (the parser recurses per level and stops at
+ * the stack's limit), a number with an exponent or longer than
+ * SQS_MAX_NUMBER characters (jsonb_in makes each a numeric: 1e999999
+ * overflows it), or, in a database that is not UTF-8, a \\u escape of
+ * a character beyond ASCII (converted to the database's encoding, which
+ * may lack it).  SQS answers nest three deep and carry strings, booleans
+ * and no numbers.  Raised, such an ERROR failed the relay's whole record
+ * step, and every result recorded with it was sent again, each time the
+ * answer came back (a 200 of 30,000 "[").
  */
 static bool
-sqs_too_deep(const char *text, size_t len)
+sqs_unsafe_json(const char *text, size_t len)
 {
 	int			depth = 0;
+	int			number = 0;		/* length of the number being read */
 	bool		in_string = false;
+	bool		utf8 = (GetDatabaseEncoding() == PG_UTF8);
 
 	for (size_t i = 0; i < len; i++)
 	{
@@ -158,12 +167,27 @@ sqs_too_deep(const char *text, size_t len)
 
 		if (in_string)
 		{
-			if (c == '\\')
-				i++;
-			else if (c == '"')
+			if (c == '"')
 				in_string = false;
+			else if (c == '\\' && i + 1 < len)
+			{
+				if (text[++i] == 'u' && !utf8 &&
+					(i + 4 >= len || strncmp(text + i + 1, "00", 2) != 0 ||
+					 strchr("01234567", text[i + 3]) == NULL))
+					return true;
+			}
+			continue;
 		}
-		else if (c == '"')
+		if (number > 0 || c == '-' || (c >= '0' && c <= '9'))
+		{
+			if (c == 'e' || c == 'E' || ++number > SQS_MAX_NUMBER)
+				return true;
+			if (c != '-' && c != '+' && c != '.' && !(c >= '0' && c <= '9'))
+				number = 0;		/* the number ended before c */
+			else
+				continue;
+		}
+		if (c == '"')
 			in_string = true;
 		else if (c == '[' || c == '{')
 		{
@@ -177,8 +201,8 @@ sqs_too_deep(const char *text, size_t len)
 }
 
 /*
- * Parse a response body as jsonb; NULL if it is not valid JSON, or nested
- * deeper than an SQS answer ever is.  The lexer reports problems as a
+ * Parse a response body as jsonb; NULL if it is not valid JSON, or has
+ * what would make parsing it raise an ERROR (sqs_unsafe_json).  The lexer reports problems as a
  * result code (no ERROR), and text it accepts is accepted by jsonb_in too.
  */
 static Jsonb *
@@ -187,7 +211,7 @@ sqs_parse(const char *text, size_t len)
 	JsonLexContext *lex;
 	char	   *copy;
 
-	if (len == 0 || sqs_too_deep(text, len))
+	if (len == 0 || sqs_unsafe_json(text, len))
 		return NULL;
 	copy = pnstrdup(text, len);
 	lex = makeJsonLexContextCstringLen(NULL, copy, len, GetDatabaseEncoding(), true);

@@ -16,6 +16,7 @@ Fault modes, chosen by the topic or queue name:
   ...poison...    entries whose body contains "poison" always fail with
                   SenderFault true (InvalidParameterValue), inside an HTTP 200
   ...deep...      (SQS) an HTTP 200 whose body opens 30,000 JSON arrays
+  ...bignum...    (SQS) an HTTP 200 with a number no numeric holds
 Standard library and botocore only.
 """
 import argparse
@@ -205,6 +206,8 @@ class Handler(BaseHTTPRequestHandler):
 
         if target and "deep" in name:
             self.reply(200, "[" * 30000, "application/x-amz-json-1.0")
+        elif target and "bignum" in name:
+            self.reply(200, '{"MessageId": "m-1", "x": 1e999999}', "application/x-amz-json-1.0")
         elif target:
             if not batch:
                 e = entries[0]

@@ -191,23 +191,29 @@ ok(!(grep { $_->[0]{attrs} } map { $bare{$_} } grep { $bare{$_} } @ids),
 	'(no attributes were asked for)');
 
 # An answer nested deeper than any SQS answer (a 200 whose body opens
-# 30,000 arrays) is "not JSON" for that request, not an error of the
-# relay's record step: the JSON parser recurses per level, and at the
-# stack's limit the whole step failed (every result recorded with it was
-# sent again, and these events were never recorded).
+# 30,000 arrays), or with a number no numeric holds (1e999999), is "not
+# JSON" for that request, not an error of the relay's record step: the
+# JSON parser recurses per level and stops at the stack's limit, and
+# jsonb_in raised on the number; either failed the whole step (every
+# result recorded with it was sent again, and these events were never
+# recorded).
 my $log_start = -s $node->logfile;
-$node->safe_psql('postgres', qq{
-	INSERT INTO outbox.destinations (name, kind, url, credentials, max_attempts, options) VALUES
-		('deep', 'sqs', '$sink->{url}', 'aws', 1,
-		 '{"queue_url": "http://127.0.0.1:$sink->{port}/123456789012/deep", "region": "us-east-1"}')});
-emit_to('deep', 4);
-ok($node->poll_query_until('postgres', q{
-	SELECT count(*) = 4 FROM outbox.events WHERE destination = 'deep' AND status = 'dead'}),
-	'a deeply nested answer dead-letters its events (max_attempts 1)');
-like($node->safe_psql('postgres', q{
-	SELECT string_agg(DISTINCT last_error, ' | ') FROM outbox.events WHERE destination = 'deep'}),
-	qr/^HTTP 200: error: the response is not JSON$/, 'as an answer that is not JSON');
-ok(!$node->log_contains('stack depth limit exceeded', $log_start), 'the relay\'s step did not fail');
+for my $q ('deep', 'bignum')
+{
+	$node->safe_psql('postgres', qq{
+		INSERT INTO outbox.destinations (name, kind, url, credentials, max_attempts, options) VALUES
+			('$q', 'sqs', '$sink->{url}', 'aws', 1,
+			 '{"queue_url": "http://127.0.0.1:$sink->{port}/123456789012/$q", "region": "us-east-1"}')});
+	emit_to($q, 4);
+	ok($node->poll_query_until('postgres', qq{
+		SELECT count(*) = 4 FROM outbox.events WHERE destination = '$q' AND status = 'dead'}),
+		"$q: the answer dead-letters its events (max_attempts 1)");
+	like($node->safe_psql('postgres', qq{
+		SELECT string_agg(DISTINCT last_error, ' | ') FROM outbox.events WHERE destination = '$q'}),
+		qr/^HTTP 200: error: the response is not JSON$/, "$q: as an answer that is not JSON");
+}
+ok(!$node->log_contains('stack depth limit exceeded|overflows numeric format|while recording results', $log_start),
+	'the relay\'s step did not fail');
 
 stop_local_sqs($sqs);
 $node->stop;
