@@ -2714,6 +2714,17 @@ batch_acknowledge(RelayBatch *b)
 						b->lease_end);
 }
 
+/* Free a list of events and the list (what an error left unstarted). */
+static void
+delivery_free_list(List *events)
+{
+	ListCell   *lc;
+
+	foreach(lc, events)
+		DeliveryFreeEvent(lfirst(lc));
+	list_free(events);
+}
+
 /*
  * Write the rows (outbox.retries rows) and the acknowledgements of the
  * batches done, in a transaction of their own.
@@ -2765,9 +2776,7 @@ delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead,
 	}
 	PG_CATCH();
 	{
-		foreach(lc, ready)
-			DeliveryFreeEvent(lfirst(lc));
-		list_free(ready);
+		delivery_free_list(ready);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -2950,9 +2959,7 @@ DeliveryRecord(List *done)
 	}
 	PG_CATCH();
 	{
-		foreach(lc, ready)
-			DeliveryFreeEvent(lfirst(lc));
-		list_free(ready);
+		delivery_free_list(ready);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

@@ -67,43 +67,27 @@ ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
-def start_h2_front(tmp, sink_port):
-    """nginx speaking HTTP/2 over TLS on a free port, passing every request
-    on to the receiver (keep-alive, HTTP/1.1); returns (process, port, the
-    certificate, its access log)."""
-    d = os.path.join(tmp, "nginx")
+def run_nginx(d, log_format, http, preamble=""):
+    """nginx in the foreground with its files in d (created), the http
+    block's common lines, an access log of log_format (d/access.log) and
+    the rest of the http block; returns the process once it has started."""
     os.makedirs(d)
-    cert, key, log = (os.path.join(d, f) for f in ("cert.pem", "key.pem", "access.log"))
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", key,
-                    "-out", cert, "-subj", "/CN=outbox_pg bench", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    version = subprocess.run([NGINX, "-v"], capture_output=True, text=True).stderr
-    major, minor, patch = (int(x) for x in version.split("/")[1].split()[0].split(".")[:3])
-    new_h2 = (major, minor, patch) >= (1, 25, 1)
-    port = free_port()
     for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
         os.makedirs(os.path.join(d, sub))
     with open(os.path.join(d, "nginx.conf"), "w") as f:
-        f.write(f"""daemon off;
+        f.write(f"""{preamble}
+daemon off;
 master_process off;
 worker_rlimit_nofile 16384;
 error_log {d}/error.log warn;
 pid {d}/nginx.pid;
 events {{ worker_connections 8192; }}
 http {{
-    log_format c '$connection';
-    access_log {log} c;
+    log_format c '{log_format}';
+    access_log {d}/access.log c;
     client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;
     uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
-    upstream receiver {{ server 127.0.0.1:{sink_port}; keepalive 2048; }}
-    server {{
-        listen 127.0.0.1:{port} ssl{'' if new_h2 else ' http2'};
-        {'http2 on;' if new_h2 else ''}
-        keepalive_requests 1000000;
-        ssl_certificate {cert};
-        ssl_certificate_key {key};
-        location / {{ proxy_pass http://receiver; proxy_http_version 1.1; proxy_set_header Connection ""; }}
-    }}
+{http}
 }}
 """)
     proc = subprocess.Popen([NGINX, "-p", d, "-c", os.path.join(d, "nginx.conf")])
@@ -111,7 +95,33 @@ http {{
         if os.path.exists(os.path.join(d, "nginx.pid")):
             break
         time.sleep(0.05)
-    return proc, port, cert, log
+    return proc
+
+
+def start_h2_front(tmp, sink_port):
+    """nginx speaking HTTP/2 over TLS on a free port, passing every request
+    on to the receiver (keep-alive, HTTP/1.1); returns (process, port, the
+    certificate, its access log)."""
+    d = os.path.join(tmp, "nginx")
+    certs = tempfile.mkdtemp(prefix="certs_", dir=tmp)
+    cert, key = (os.path.join(certs, f) for f in ("cert.pem", "key.pem"))
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", key,
+                    "-out", cert, "-subj", "/CN=outbox_pg bench", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    version = subprocess.run([NGINX, "-v"], capture_output=True, text=True).stderr
+    major, minor, patch = (int(x) for x in version.split("/")[1].split()[0].split(".")[:3])
+    new_h2 = (major, minor, patch) >= (1, 25, 1)
+    port = free_port()
+    proc = run_nginx(d, "$connection", f"""    upstream receiver {{ server 127.0.0.1:{sink_port}; keepalive 2048; }}
+    server {{
+        listen 127.0.0.1:{port} ssl{'' if new_h2 else ' http2'};
+        {'http2 on;' if new_h2 else ''}
+        keepalive_requests 1000000;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        location / {{ proxy_pass http://receiver; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+    }}""")
+    return proc, port, cert, os.path.join(d, "access.log")
 
 
 def start_nginx_receiver(tmp):
@@ -121,38 +131,14 @@ def start_nginx_receiver(tmp):
     if not os.path.exists(ECHO_MODULE):
         raise RuntimeError(f"BENCH_SLOW_RECEIVER=nginx needs {ECHO_MODULE} (apt install libnginx-mod-http-echo)")
     d = os.path.join(tmp, "nginx_receiver")
-    os.makedirs(d)
-    for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
-        os.makedirs(os.path.join(d, sub))
     port = free_port()
-    log = os.path.join(d, "access.log")
-    with open(os.path.join(d, "nginx.conf"), "w") as f:
-        f.write(f"""load_module {ECHO_MODULE};
-daemon off;
-master_process off;
-worker_rlimit_nofile 16384;
-error_log {d}/error.log warn;
-pid {d}/nginx.pid;
-events {{ worker_connections 8192; }}
-http {{
-    log_format c '$connection $request_uri';
-    access_log {log} c;
-    client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
-    server {{
+    proc = run_nginx(d, "$connection $request_uri", f"""    server {{
         listen 127.0.0.1:{port};
         keepalive_requests 1000000;
         keepalive_timeout 300s;
         location / {{ echo_sleep {DELAY / 1000.0}; echo_status 204; }}
-    }}
-}}
-""")
-    proc = subprocess.Popen([NGINX, "-p", d, "-c", os.path.join(d, "nginx.conf")])
-    for _ in range(100):
-        if os.path.exists(os.path.join(d, "nginx.pid")):
-            break
-        time.sleep(0.05)
-    return proc, port, log
+    }}""", preamble=f"load_module {ECHO_MODULE};")
+    return proc, port, os.path.join(d, "access.log")
 
 
 def log_requests(log, name):

@@ -93,28 +93,36 @@ $node->safe_psql('postgres', qq{
 	INSERT INTO outbox.destinations (name, url, max_concurrency, timeout_ms)
 		VALUES ('one_slot', '$slow->{url}/delay/700/one_slot', 1, 1000);
 	SELECT setval('tries', 1, false);
+	-- the first UPDATE that moves a lease raises TG_ARGV[0] (its SQLSTATE, TG_ARGV[1])
 	CREATE FUNCTION refuse_renewal() RETURNS trigger LANGUAGE plpgsql AS \$\$
 	BEGIN
 		IF NEW.leased_until <> OLD.leased_until AND nextval('public.tries') = 1 THEN
-			RAISE EXCEPTION 'renewal refused' USING ERRCODE = 'XY124';
+			RAISE EXCEPTION '%', TG_ARGV[0] USING ERRCODE = TG_ARGV[1];
 		END IF;
 		RETURN NEW;
 	END \$\$;
 	CREATE TRIGGER refuse_renewal BEFORE UPDATE ON outbox.batches
-		FOR EACH ROW EXECUTE FUNCTION refuse_renewal();
+		FOR EACH ROW EXECUTE FUNCTION refuse_renewal('renewal refused', 'XY124');
 });
-my @batch = split / /, $node->safe_psql('postgres', q{
-	SELECT string_agg(outbox.emit('slot.kept', g::text, '{}', destination => 'one_slot')::text, ' ')
-	  FROM generate_series(1, 4) g});
-ok(wait_until(sub { $node->log_contains('XY124: renewal refused', $log_start) }, 20),
-	'the renewal of the batch\'s lease failed once');
-is($node->safe_psql('postgres', qq{
-	SELECT bool_and(outbox.wait_published(id, '30 s'))
-	  FROM unnest('{@{[join ',', @batch]}}'::uuid[]) AS id}), 't',
-	'every event of the batch is delivered after the failed renewal');
-ok(wait_until(sub { $node->safe_psql('postgres', q{
-	SELECT sum(in_flight) FROM outbox.workers() WHERE database = 'postgres'}) eq '0' }, 10),
-	'and none is left counted in flight');
+
+# Emit a batch of four events to a destination, see the failure logged,
+# then every event delivered and none left counted in flight.
+sub delivered_after_failure
+{
+	my ($dest, $logged, $what) = @_;
+	my @ids = emit_events($node, 'slot.kept', $dest, 4);
+
+	ok(wait_until(sub { $node->log_contains($logged, $log_start) }, 20), "$what failed once");
+	is($node->safe_psql('postgres', qq{
+		SELECT bool_and(outbox.wait_published(id, '30 s'))
+		  FROM unnest('{@{[join ',', @ids]}}'::uuid[]) AS id}), 't',
+		"$dest: every event of the batch is delivered after it");
+	ok(wait_until(sub { $node->safe_psql('postgres', q{
+		SELECT sum(in_flight) FROM outbox.workers() WHERE database = 'postgres'}) eq '0' }, 10),
+		"$dest: and none is left counted in flight");
+}
+
+delivered_after_failure('one_slot', 'XY124: renewal refused', 'the renewal of the batch\'s lease');
 $node->safe_psql('postgres', 'DROP TRIGGER refuse_renewal ON outbox.batches');
 
 # The same when the failure comes at the commit of the step that recorded
@@ -127,29 +135,12 @@ $node->safe_psql('postgres', qq{
 		VALUES ('one_slot_ordered', '$slow->{url}/delay/700/one_slot_ordered', 1, 1000,
 		        '{"ordering": "aggregate"}');
 	SELECT setval('tries', 1, false);
-	CREATE FUNCTION refuse_renewal_at_commit() RETURNS trigger LANGUAGE plpgsql AS \$\$
-	BEGIN
-		IF NEW.leased_until <> OLD.leased_until AND nextval('public.tries') = 1 THEN
-			RAISE EXCEPTION 'renewal refused at commit' USING ERRCODE = 'XY125';
-		END IF;
-		RETURN NULL;
-	END \$\$;
 	CREATE CONSTRAINT TRIGGER refuse_renewal_at_commit AFTER UPDATE ON outbox.batches
 		DEFERRABLE INITIALLY DEFERRED
-		FOR EACH ROW EXECUTE FUNCTION refuse_renewal_at_commit();
+		FOR EACH ROW EXECUTE FUNCTION refuse_renewal('renewal refused at commit', 'XY125');
 });
-@batch = split / /, $node->safe_psql('postgres', q{
-	SELECT string_agg(outbox.emit('slot.kept', g::text, '{}', destination => 'one_slot_ordered')::text, ' ')
-	  FROM generate_series(1, 4) g});
-ok(wait_until(sub { $node->log_contains('XY125: renewal refused at commit', $log_start) }, 20),
-	'the commit of a renewal failed once');
-is($node->safe_psql('postgres', qq{
-	SELECT bool_and(outbox.wait_published(id, '30 s'))
-	  FROM unnest('{@{[join ',', @batch]}}'::uuid[]) AS id}), 't',
-	'every event of the ordered batch is delivered after the failed commit');
-ok(wait_until(sub { $node->safe_psql('postgres', q{
-	SELECT sum(in_flight) FROM outbox.workers() WHERE database = 'postgres'}) eq '0' }, 10),
-	'and none is left counted in flight');
+delivered_after_failure('one_slot_ordered', 'XY125: renewal refused at commit',
+	'the commit of a renewal');
 $node->safe_psql('postgres', 'DROP TRIGGER refuse_renewal_at_commit ON outbox.batches');
 
 # An answer that comes while the relay's tables are locked (VACUUM FULL,
