@@ -353,6 +353,7 @@ static TimestampTz sweep_all_batches_at = 0;
  */
 static uint64 pass_emitted_generation = 0;
 static uint64 lease_pass = 0;	/* lease passes run (DeliveryLease) */
+static bool lease_pass_open = false;	/* ... the last one not committed */
 static bool pass_business = true;
 
 /*
@@ -2098,6 +2099,7 @@ delivery_lease_one(LoadedDestination *d, TimestampTz now, Interval *lease,
 	want = relay_capacity(rd, now, &probe);
 	if (want <= 0)
 		return;
+	rd->lease_pass = lease_pass;	/* what follows a rollback undoes */
 
 	/*
 	 * outbox.retries, when something there may have come due since this
@@ -2266,13 +2268,13 @@ DeliveryLease(List *dests, bool *drained, bool *claimed)
 		return;
 	pass_ran = true;
 	lease_pass++;
+	lease_pass_open = true;
 	lease = delivery_lease_interval();
 	foreach(lc, dests)
 	{
 		LoadedDestination *d = lfirst(lc);
 		bool		has;
 
-		d->dest->lease_pass = lease_pass;
 		delivery_lease_one(d, now, lease, drained, claimed);
 		has = delivery_has_business(d->dest);
 		delivery_connection_reserve(d->dest, has, &destinations, &reserved);
@@ -2326,14 +2328,14 @@ DeliveryLeaseStart(List *dests, List **leased)
  * Free the events that wait on their destinations' lists (a failed
  * cycle): their batches are left to the recovery, their retries rows to
  * their lease's end.  The next sweep looks at every batch whose lease ran
- * out: what the failed cycle's sweep found was not claimed.  The
- * destinations the last lease pass looked at are due again: a lease step
- * that failed after some of its claims had set their destinations' state
- * (drained, their generation seen, their retries looked at) rolled those
- * claims back, and nothing else claimed those events again before the
- * destination's next emit() (the periodic sweep reads the log only for
- * prepared transactions).  Due, the next pass leases their retries, looks
- * for an expired batch and claims.
+ * out: what the failed cycle's sweep found was not claimed.  When the
+ * failed cycle's lease pass had not committed (DeliveryLeaseCommitted),
+ * the destinations it leased for are due again: their claims and retries
+ * leases were rolled back after the pass had set their state (drained,
+ * their generation seen, their retries looked at), and nothing else
+ * claimed those events again before the destination's next emit() (the
+ * periodic sweep reads the log only for prepared transactions).  Due, the
+ * next pass leases their retries, looks for an expired batch and claims.
  */
 void
 DeliveryDropWaiting(void)
@@ -2348,7 +2350,7 @@ DeliveryDropWaiting(void)
 	hash_seq_init(&status, destinations);
 	while ((rd = hash_seq_search(&status)) != NULL)
 	{
-		if (lease_pass != 0 && rd->lease_pass == lease_pass)
+		if (lease_pass_open && rd->lease_pass == lease_pass)
 		{
 			rd->due = true;
 			pass_business = true;
@@ -2360,6 +2362,14 @@ DeliveryDropWaiting(void)
 			DeliveryFreeEvent(dlist_container(RelayEvent, wait_node,
 											  dlist_head_node(&rd->held)));
 	}
+	lease_pass_open = false;
+}
+
+/* The lease pass's claims and retries leases committed (relay.c). */
+void
+DeliveryLeaseCommitted(void)
+{
+	lease_pass_open = false;
 }
 
 void

@@ -483,6 +483,8 @@ relay_record_step(void)
 		relay_free_events(&loop.pending_done);
 		loop.record_again_at = 0;
 		loop.record_backoff_ms = 0;
+		/* slots and ordered batches freed: lease (collecting results did not) */
+		loop.need_lease = true;
 		return;
 	}
 
@@ -536,6 +538,7 @@ relay_lease_step(void)
 		if (claimed)
 		{
 			relay_commit();
+			DeliveryLeaseCommitted();
 			begun = relay_begin(&missing);
 			if (!begun && !missing)
 			{
@@ -552,6 +555,7 @@ relay_lease_step(void)
 		{
 			DeliveryLeaseStart(dests, &loop.leased);
 			relay_commit();
+			DeliveryLeaseCommitted();
 		}
 	}
 	else
@@ -704,7 +708,11 @@ relay_wait_time(void)
 		(loop.need_lease && DeliveryInFlight() < outbox_batch_size))
 		wait_ms = 0;
 	else if (loop.pending_done != NIL && loop.record_again_at != 0)
+	{
 		wait_ms = Max((long) ((loop.record_again_at - now + 999) / 1000), 0);
+		if (DeliveryInFlight() > 0)
+			wait_ms = Min(wait_ms, 100);
+	}
 	else if (loop.pending_done != NIL)
 		wait_ms = RECORD_DELAY_MS;
 	else

@@ -48,6 +48,7 @@ extern void DeliveryForgetConfig(void);
 extern List *DeliveryLoadDestinations(void);
 extern void DeliveryLease(List *dests, bool *drained, bool *claimed);
 extern void DeliveryLeaseRead(void);
+extern void DeliveryLeaseCommitted(void);
 extern void DeliveryLeaseStart(List *dests, List **leased);
 extern void DeliveryStart(RelayEvent *ev);
 extern bool DeliveryWouldSend(RelayEvent *ev);
