@@ -202,8 +202,9 @@ sqs_unsafe_json(const char *text, size_t len)
 
 /*
  * Parse a response body as jsonb; NULL if it is not valid JSON, or has
- * what would make parsing it raise an ERROR (sqs_unsafe_json).  The lexer reports problems as a
- * result code (no ERROR), and text it accepts is accepted by jsonb_in too.
+ * what would make parsing it raise an ERROR (sqs_unsafe_json).  The lexer
+ * reports problems as a result code (no ERROR), and text it accepts is
+ * accepted by jsonb_in too.
  */
 static Jsonb *
 sqs_parse(const char *text, size_t len)

@@ -148,7 +148,7 @@ typedef struct RelayDestination
 	uint64		seen_generation;	/* ... at its last claim that drained */
 	bool		busy;			/* its last claim was full: claim again */
 	bool		due;			/* the sweep found due work */
-	uint64		lease_pass;		/* the last lease pass that looked at it */
+	uint64		lease_pass;		/* the last lease pass that leased for it */
 	TimestampTz retry_due;		/* the earliest retry this relay wrote; 0: none */
 	TimestampTz retries_look_at;	/* outbox.retries leased again then at the
 									 * latest; 0: at once (delivery_lease_one) */
@@ -2724,9 +2724,9 @@ batch_acknowledge(RelayBatch *b)
 						b->lease_end);
 }
 
-/* Free a list of events and the list (what an error left unstarted). */
-static void
-delivery_free_list(List *events)
+/* Free a list of events, and the list. */
+void
+DeliveryFreeEvents(List *events)
 {
 	ListCell   *lc;
 
@@ -2786,7 +2786,7 @@ delivery_store(RecordRows *ack, RecordRows *retry, RecordRows *dead,
 	}
 	PG_CATCH();
 	{
-		delivery_free_list(ready);
+		DeliveryFreeEvents(ready);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -2969,7 +2969,7 @@ DeliveryRecord(List *done)
 	}
 	PG_CATCH();
 	{
-		delivery_free_list(ready);
+		DeliveryFreeEvents(ready);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

@@ -679,7 +679,6 @@ relay_wait_step(void)
 static bool
 relay_collect(HttpRequest *done)
 {
-	bool		was_empty = (loop.pending_done == NIL);
 	int			had = list_length(loop.pending_done);
 
 	MemoryContextSwitchTo(relay_events_context);
@@ -692,7 +691,7 @@ relay_collect(HttpRequest *done)
 	}
 	loop.pending_done = DeliveryPollNative(loop.pending_done);
 	MemoryContextSwitchTo(relay_cycle_context);
-	if (was_empty && loop.pending_done != NIL)
+	if (had == 0 && loop.pending_done != NIL)
 		loop.first_done_at = GetCurrentTimestamp();
 	return list_length(loop.pending_done) > had;
 }
@@ -788,10 +787,6 @@ relay_exit_no_extension(void)
 static void
 relay_free_events(List **events)
 {
-	ListCell   *lc;
-
-	foreach(lc, *events)
-		DeliveryFreeEvent(lfirst(lc));
-	list_free(*events);
+	DeliveryFreeEvents(*events);
 	*events = NIL;
 }

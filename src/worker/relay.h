@@ -58,6 +58,7 @@ extern bool DeliveryStartable(void);
 extern void DeliveryStartAnswered(List **leased);
 extern bool DeliveryRecord(List *done);
 extern void DeliveryFreeEvent(RelayEvent *ev);
+extern void DeliveryFreeEvents(List *events);
 extern void DeliveryDropWaiting(void);
 extern void DeliveryWatchNative(void);
 extern List *DeliveryPollNative(List *pending);
