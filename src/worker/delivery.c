@@ -120,6 +120,8 @@
 #define SWEEP_GRACE_MS			5000	/* the first worker's, overdue by this */
 #define SWEEP_EXPIRED_MARGIN_MS	10000	/* batches: expired since the last, less */
 #define SWEEP_ALL_BATCHES_MS	600000	/* ... but all of them this often */
+#define SWEEP_RETRY_MS			100 /* a failed sweep: again after this, */
+#define SWEEP_RETRY_MAX_MS		10000	/* doubled up to this */
 #define RECORD_DELAY_NATIVE_MS	10	/* a native client's queue was full */
 
 /* Per-destination state that outlives a cycle; hash entry keyed by name. */
@@ -345,6 +347,9 @@ static bool sweep_prepared = false; /* prepared transactions at the last one */
 static uint64 sweep_wake_generation = 0;
 static TimestampTz sweep_expired_since = DT_NOBEGIN;
 static TimestampTz sweep_all_batches_at = 0;
+static bool sweep_running = false;	/* still set at the next: it failed */
+static int	sweep_failures = 0; /* in a row */
+static TimestampTz sweep_retry_at = 0;
 
 /*
  * The last pass (DeliveryLease): the emitted generation it saw, and
@@ -1928,10 +1933,27 @@ delivery_sweep(TimestampTz now)
 		(!WorkerPaceDue(&sweep_pace, now) ||
 		 (relay_slot->worker_number != 0 && !delivery_sweeper_overdue(now))))
 		return;
-	sweep_all = false;
-	if (sweep_recovery_at > 0 && now >= sweep_recovery_at)
-		sweep_recovery_at = 0;
-	sweep_wake_generation = wake;
+
+	/*
+	 * The last sweep failed (its cycle's error was logged): it is tried
+	 * again after SWEEP_RETRY_MS, doubled while it keeps failing, and the
+	 * cycles between lease without it.  A sweep that fails every time (a
+	 * statement_timeout shorter than it) must not fail every cycle.
+	 */
+	if (sweep_running)
+	{
+		sweep_running = false;
+		sweep_failures = Min(sweep_failures + 1, 16);
+		sweep_retry_at = TimestampTzPlusMilliseconds(now,
+													 Min((int64) SWEEP_RETRY_MS << (sweep_failures - 1),
+														 SWEEP_RETRY_MAX_MS));
+	}
+	if (now < sweep_retry_at)
+	{
+		relay_lease_again_by(sweep_retry_at);
+		return;
+	}
+	sweep_running = true;
 
 	/*
 	 * The log is looked at by the periodic sweep only for prepared
@@ -1942,8 +1964,6 @@ delivery_sweep(TimestampTz now)
 	prepared_now = OutboxStorePreparedTransactions();
 	full |= (prepared != sweep_prepared_generation || prepared_now ||
 			 sweep_prepared);
-	sweep_prepared_generation = prepared;
-	sweep_prepared = prepared_now;
 
 	/*
 	 * The batches whose lease ran out: those that expired since 10 s
@@ -1959,6 +1979,22 @@ delivery_sweep(TimestampTz now)
 	else
 		expired_since = sweep_expired_since;
 	n = OutboxStoreDueDestinations(full, expired_since);
+
+	/*
+	 * What this sweep was asked for is forgotten only now that it ran: a
+	 * sweep that failed (a lock_timeout or statement_timeout, the cycle's
+	 * error) is asked for again by the next one.  Forgotten before, the
+	 * events of a prepared transaction committed meanwhile, or of a wake,
+	 * waited for their destination's next emit().
+	 */
+	sweep_running = false;
+	sweep_failures = 0;
+	sweep_all = false;
+	if (sweep_recovery_at > 0 && now >= sweep_recovery_at)
+		sweep_recovery_at = 0;
+	sweep_wake_generation = wake;
+	sweep_prepared_generation = prepared;
+	sweep_prepared = prepared_now;
 	sweep_expired_since = TimestampTzPlusMilliseconds(now,
 													  -SWEEP_EXPIRED_MARGIN_MS);
 	if (TIMESTAMP_IS_NOBEGIN(expired_since))

@@ -96,14 +96,37 @@ WorkerHousekeeping(TimestampTz now, const char *database_name, RelaySlot *slot)
 
 /* Route the events emitted without a destination. */
 static void
-housekeeping_route(TimestampTz now)
+housekeeping_route_pending(void *arg)
 {
-	if (!TimestampDifferenceExceeds(last_route, now, ROUTE_INTERVAL_MS))
-		return;
 	WorkerKeepPlan(&route_plan, "SELECT outbox._route_pending()", 0, NULL);
 	if (SPI_execute_plan(route_plan, NULL, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not route pending events");
+}
+
+/*
+ * Route the events emitted without a destination, in a subtransaction:
+ * failing (a lock_timeout on the log, a cancel), it failed the lease step
+ * it runs in, and did again at every cycle until it succeeded, so that
+ * relay 0 delivered nothing meanwhile.
+ */
+static void
+housekeeping_route(TimestampTz now)
+{
+	ErrorData  *edata;
+
+	if (!TimestampDifferenceExceeds(last_route, now, ROUTE_INTERVAL_MS))
+		return;
 	last_route = now;
+	if (!WorkerRunInSubtransaction(housekeeping_route_pending, NULL, &edata))
+	{
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("outbox_pg routing of events emitted without a destination failed: %s",
+						edata->message),
+				 errhint("Delivery continues; the routing is tried again in %d ms.",
+						 ROUTE_INTERVAL_MS)));
+		FreeErrorData(edata);
+	}
 }
 
 /* What housekeeping_rotate() runs in its subtransaction. */
@@ -178,51 +201,76 @@ housekeeping_rotate(TimestampTz now, RelaySlot *slot)
 	}
 }
 
+/* The destination with the oldest pending event: what the warning says. */
+typedef struct BacklogMeasure
+{
+	char	   *destination;	/* NULL: nothing is pending */
+	double		age;			/* of its oldest pending event, in s */
+	int64		pending;
+} BacklogMeasure;
+
+/* What housekeeping_check_backlog() runs in its subtransaction. */
+static void
+housekeeping_measure_backlog(void *arg)
+{
+	BacklogMeasure *m = arg;
+	bool		isnull;
+
+	/* planned afresh: the backlog's size decides its plan */
+	if (SPI_execute("SELECT coalesce(b.destination, '(unrouted)'),"
+					"       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-)"
+					"                                     b.oldest_pending_at),"
+					"       b.pending"
+					"  FROM outbox._destination_backlog AS b"
+					" WHERE b.oldest_pending_at IS NOT NULL"
+					" ORDER BY 2 DESC LIMIT 1",
+					true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not measure the outbox backlog");
+	if (SPI_processed > 0)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		m->destination = SPI_getvalue(tup, desc, 1);
+		m->age = DatumGetFloat8(SPI_getbinval(tup, desc, 2, &isnull));
+		m->pending = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+	}
+}
+
 /*
  * The backlog warning: does nothing more often than every
- * BACKLOG_CHECK_MS (more rarely when the last measure was slow).
+ * BACKLOG_CHECK_MS (more rarely when the last measure was slow).  The
+ * measure runs in a subtransaction, as the routing does: failing, it
+ * failed the lease step, and did again at every cycle.
  */
 static void
 housekeeping_check_backlog(const char *database_name)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	int			threshold = outbox_pending_age_warning;
-	double		age = 0;
-	char	   *destination = NULL;
-	int64		pending = 0;
+	BacklogMeasure m = {NULL, 0, 0};
+	ErrorData  *edata;
 
 	if (!WorkerPaceDue(&backlog_pace, now))
 		return;
 
-	if (threshold > 0)
+	if (threshold > 0 &&
+		!WorkerRunInSubtransaction(housekeeping_measure_backlog, &m, &edata))
 	{
-		bool		isnull;
-
-		/* planned afresh: the backlog's size decides its plan */
-		if (SPI_execute("SELECT coalesce(b.destination, '(unrouted)'),"
-						"       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-)"
-						"                                     b.oldest_pending_at),"
-						"       b.pending"
-						"  FROM outbox._destination_backlog AS b"
-						" WHERE b.oldest_pending_at IS NOT NULL"
-						" ORDER BY 2 DESC LIMIT 1",
-						true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not measure the outbox backlog");
-		if (SPI_processed > 0)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[0];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-
-			destination = SPI_getvalue(tup, desc, 1);
-			age = DatumGetFloat8(SPI_getbinval(tup, desc, 2, &isnull));
-			pending = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
-		}
-
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("outbox_pg measure of the pending events failed: %s",
+						edata->message),
+				 errhint("Delivery continues; the measure is tried again in %d ms.",
+						 BACKLOG_CHECK_MS)));
+		FreeErrorData(edata);
+		(void) WorkerPaceDone(&backlog_pace, now, BACKLOG_CHECK_MS);
+		return;
 	}
 	/* a large backlog (or many destinations) is measured less often */
 	(void) WorkerPaceDone(&backlog_pace, now, BACKLOG_CHECK_MS);
 
-	if (threshold > 0 && destination != NULL && age >= threshold)
+	if (threshold > 0 && m.destination != NULL && m.age >= threshold)
 	{
 		if (!backlog_warning ||
 			TimestampDifferenceExceeds(backlog_warned_at, now, BACKLOG_WARN_EVERY_MS))
@@ -230,9 +278,9 @@ housekeeping_check_backlog(const char *database_name)
 			ereport(WARNING,
 					(errcode(ERRCODE_WARNING),
 					 errmsg("outbox_pg: the oldest pending event in database \"%s\" is %.0f s old",
-							database_name, age),
+							database_name, m.age),
 					 errdetail("Destination \"%s\" has %lld pending events; outbox.pending_age_warning is %d s.",
-							   destination, (long long) pending, threshold),
+							   m.destination, (long long) m.pending, threshold),
 					 errhint("See outbox.health() and outbox.destination_stats: the destination may be down, paused or unrouted, or the relay may not keep up.")));
 			backlog_warned_at = now;
 		}

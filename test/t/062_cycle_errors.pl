@@ -204,6 +204,33 @@ is($node->safe_psql('postgres', qq{
 	'both destinations\' events are delivered, the one whose claim was rolled back too');
 $node->safe_psql('postgres', 'DROP TRIGGER refuse_second_claim ON outbox.batches');
 
+# Relay 0's routing of events emitted without a destination fails (a
+# trigger refuses what it writes): it is logged and tried again later,
+# and delivery goes on.  It failed the lease step, at every cycle.
+$log_start = -s $node->logfile;
+# emitted before its route exists: routed later, by relay 0
+my $unrouted = $node->safe_psql('postgres', q{SELECT outbox.emit('route.me', 'r', '{}')});
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, url) VALUES ('routed', '$u/routed');
+	INSERT INTO outbox.routes (pattern, destination) VALUES ('route.*', 'routed');
+	CREATE FUNCTION refuse_routing() RETURNS trigger LANGUAGE plpgsql AS \$\$
+	BEGIN
+		RAISE EXCEPTION 'routing refused' USING ERRCODE = 'XY127';
+	END \$\$;
+	CREATE TRIGGER refuse_routing BEFORE INSERT ON outbox.settled_events
+		FOR EACH ROW EXECUTE FUNCTION refuse_routing();
+});
+ok(wait_until(sub { $node->log_contains(
+	'outbox_pg routing of events emitted without a destination failed: routing refused', $log_start) }, 20),
+	'the routing failed, and said so');
+my ($beside) = emit_events($node, 'route.beside', 'ok', 1);
+is($node->safe_psql('postgres', qq{SELECT outbox.wait_published('$beside', '10 s')}), 't',
+	'the relay delivers while its routing fails');
+ok(!$node->log_contains('XY127: routing refused', $log_start), 'and no cycle failed');
+$node->safe_psql('postgres', 'DROP TRIGGER refuse_routing ON outbox.settled_events');
+is($node->safe_psql('postgres', qq{SELECT outbox.wait_published('$unrouted', '20 s')}), 't',
+	'the routed event is delivered once the routing succeeds');
+
 ok(!$node->log_contains('terminated by signal'), 'no process crashed');
 $node->stop;
 stop_sink($sink);

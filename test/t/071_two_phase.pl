@@ -116,5 +116,70 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE statu
 	'0', 'nothing is left pending');
 
 $node->stop;
+
+# 5. committed while every full sweep fails, on one relay with a
+# lock_timeout: a session waits for an ACCESS EXCLUSIVE lock on the log's
+# tables behind the prepared transaction and holds it for 5 s after COMMIT
+# PREPARED, and the sweeps that read the log fail.  A failed sweep is
+# tried again and looks at the log once it can.  It forgot what it was
+# asked for before it ran, and these events waited for their
+# destination's next emit().  (With a second relay, its own sweep found
+# them; a reload of the configuration is followed by a full sweep.)
+my $one = new_outbox_node('twophase_one', q{
+outbox.poll_interval = '1s'
+outbox.workers_per_database = 1
+outbox.lease_margin = '1s'
+max_prepared_transactions = 10
+lock_timeout = '100ms'
+});
+$one->start;
+$one->safe_psql('postgres', qq{
+	CREATE EXTENSION outbox_pg;
+	INSERT INTO outbox.destinations (name, url, timeout_ms) VALUES ('quiet', '$u/ok/quiet1', 1000);
+});
+my @warm1 = emit_events($one, 'warm.up', 'quiet', 1);
+ok(wait_until(sub { delivered(@warm1) == 1 }, 60), 'f: the relay delivers');
+# past the relay's one recovery sweep (its first load, plus the longest
+# lease and a second), which looks at the log too
+sleep 4;
+my $fids = $one->safe_psql('postgres', q{
+	BEGIN;
+	SELECT string_agg(outbox.emit('tp.event', 'f-' || g, '{}', destination => 'quiet')::text, ' ')
+	  FROM generate_series(1, 3) g;
+	PREPARE TRANSACTION 'f';
+});
+my @f = grep { /\S/ } split /\s+/, $fids;
+is(scalar(@f), 3, 'f: 3 events emitted in a transaction that was prepared');
+my $log_start = -s $one->logfile;
+my $locker = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $one->connstr('postgres'), '-c', q{
+		SET lock_timeout = 0;
+		BEGIN;
+		LOCK TABLE outbox.log IN ACCESS EXCLUSIVE MODE;
+		SELECT pg_sleep(5);
+		COMMIT;
+	} ], '>', \my $locker_out, '2>', \my $locker_err);
+ok($one->poll_query_until('postgres', q{
+	SELECT EXISTS (SELECT 1 FROM pg_locks AS l JOIN pg_class AS c ON c.oid = l.relation
+	                WHERE c.relnamespace = 'outbox'::regnamespace AND c.relname LIKE 'log\\_%'
+	                  AND l.mode = 'AccessExclusiveLock' AND NOT l.granted)}),
+	'f: a session waits to lock the log');
+$one->safe_psql('postgres', q{COMMIT PREPARED 'f'});
+ok($one->poll_query_until('postgres', q{
+	SELECT count(*) = 3 FROM pg_locks AS l JOIN pg_class AS c ON c.oid = l.relation
+	 WHERE c.relnamespace = 'outbox'::regnamespace AND c.relname LIKE 'log\\_%'
+	   AND l.mode = 'AccessExclusiveLock' AND l.granted}),
+	'f: and holds the lock after COMMIT PREPARED');
+$locker->finish;
+is($?, 0, 'f: the lock is released') or diag($locker_err);
+like(slurp_file($one->logfile, $log_start),
+	qr/canceling statement due to lock timeout\n.*\n.*CONTEXT:  SQL statement "WITH RECURSIVE rd/,
+	'f: a sweep failed meanwhile');
+$t0 = time;
+ok(wait_until(sub { delivered(@f) == 3 }, 20),
+	'f: committed while the sweeps failed, delivered once they run');
+note(sprintf('f: delivered %.2f s after the lock', time - $t0));
+assert_zero_lost($sink, 'two-phase, failed sweeps', '/ok/quiet1', @warm1, @f);
+$one->stop;
 stop_sink($sink);
 done_testing();
