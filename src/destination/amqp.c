@@ -139,8 +139,10 @@
 #define AMQP_TEXT_SIZE			256
 #define AMQP_CONNECT_MAX_MS		10000
 #define AMQP_RECONNECT_MS		1000
+#define AMQP_RECONNECT_MAX_MS	30000
 #define AMQP_FRAME_MAX			131072
 #define AMQP_MAX_MESSAGE		(128 * 1024 * 1024)	/* RabbitMQ's default */
+#define AMQP_PROPERTIES_MAX		1024	/* the relay's own, headers and all */
 #define AMQP_CHANNEL			1
 #define AMQP_SYSTEM_CA			"/etc/ssl/certs/ca-certificates.crt"
 
@@ -185,7 +187,8 @@ typedef struct AmqpClient
 
 	amqp_connection_state_t conn;	/* NULL while down */
 	int			fd;
-	TimestampTz tried_at;		/* last connection attempt */
+	TimestampTz tried_at;		/* last connection attempt (its end if failed) */
+	int			reconnect_ms;	/* after a failed one: the next not before */
 	char		down_reason[AMQP_TEXT_SIZE];	/* why the last one failed */
 	bool		corked;			/* TCP_CORK set since the last wait */
 	int			sndbuf;			/* SO_SNDBUF as last read; it only grows */
@@ -876,6 +879,31 @@ rmq_reject(void *target, const OutboxMessage *msg)
 	if (size > AMQP_MAX_MESSAGE)
 		return psprintf("message too large for RabbitMQ: %zu bytes, above its default max_message_size (%d)",
 						size, AMQP_MAX_MESSAGE);
+
+	/*
+	 * The properties go in one frame of at most AMQP_FRAME_MAX bytes, and a
+	 * header's name is a short string (255 bytes at most: rabbitmq-c wrote
+	 * a longer one's length modulo 256, a table the broker refused).  Sent
+	 * all the same, such a message failed its publish or made the broker
+	 * close the connection, and was retried for ever as a failure of the
+	 * destination, every other unconfirmed message with it.  Estimated
+	 * from above: each header costs its name and value and 7 bytes, and
+	 * the relay's own headers and properties fit in AMQP_PROPERTIES_MAX.
+	 */
+	size = AMQP_PROPERTIES_MAX + strlen(msg->type) + strlen(t->name) +
+		(msg->aggregate_id ? strlen(msg->aggregate_id) : 0);
+	for (int i = 0; i < msg->nheaders; i++)
+	{
+		size_t		name_len = strlen(msg->headers[i].name);
+
+		if (name_len > 255)
+			return psprintf("header name too long for AMQP: %zu bytes, above 255",
+							name_len);
+		size += name_len + strlen(msg->headers[i].value) + 7;
+	}
+	if (size > AMQP_FRAME_MAX - 8)
+		return psprintf("headers too large for AMQP: about %zu bytes of properties, above the frame size (%d)",
+						size, AMQP_FRAME_MAX);
 	return NULL;
 }
 
@@ -971,7 +999,7 @@ rmq_start(void *target, OutboxMessage *const *msgs, int n, void *token)
 	{
 		if (c->tried_at != 0 &&
 			!TimestampDifferenceExceeds(c->tried_at, GetCurrentTimestamp(),
-										AMQP_RECONNECT_MS))
+										Max(c->reconnect_ms, AMQP_RECONNECT_MS)))
 		{
 			rmq_report(c, token, OUTCOME_RETRY, true,
 						c->down_reason[0] ? c->down_reason : "not connected");
@@ -979,9 +1007,24 @@ rmq_start(void *target, OutboxMessage *const *msgs, int n, void *token)
 		}
 		if (!rmq_connect(c))
 		{
+			TimestampTz failed_at = GetCurrentTimestamp();
+			int64		took_ms = (failed_at - c->tried_at) / 1000;
+
+			/*
+			 * The connection is made in line: a broker that accepts and
+			 * never answers (or drops the SYN) holds the relay for the
+			 * whole timeout.  The next attempt waits from this one's end,
+			 * ten times what it took: counted from its start, the wait had
+			 * run out by then, and every event started tried again, each
+			 * holding the relay for the timeout.
+			 */
+			c->tried_at = failed_at;
+			c->reconnect_ms = (int) Min(Max(10 * took_ms, AMQP_RECONNECT_MS),
+										AMQP_RECONNECT_MAX_MS);
 			rmq_report(c, token, OUTCOME_RETRY, true, c->down_reason);
 			return 1;
 		}
+		c->reconnect_ms = AMQP_RECONNECT_MS;
 	}
 	if (c->blocked)
 	{

@@ -347,9 +347,9 @@ static bool sweep_prepared = false; /* prepared transactions at the last one */
 static uint64 sweep_wake_generation = 0;
 static TimestampTz sweep_expired_since = DT_NOBEGIN;
 static TimestampTz sweep_all_batches_at = 0;
-static bool sweep_running = false;	/* still set at the next: it failed */
 static int	sweep_failures = 0; /* in a row */
-static TimestampTz sweep_retry_at = 0;
+static TimestampTz sweep_retry_at = 0;	/* after a failed one: not before */
+static WorkerErrorThrottle sweep_errors;
 
 /*
  * The last pass (DeliveryLease): the emitted generation it saw, and
@@ -920,7 +920,10 @@ delivery_reload(void)
 	 * configuration (the safety net) costs no sweep.
 	 */
 	if (sweep_on_reload)
+	{
 		sweep_all = true;
+		sweep_retry_at = 0;		/* what failed may have been changed */
+	}
 	sweep_on_reload = false;
 	pass_business = true;
 	if (sweep_recovery_at < 0)
@@ -1914,46 +1917,26 @@ delivery_sweeper_overdue(TimestampTz now)
  * have taken have run out (sweep_recovery_at: its first load of the
  * destinations plus their longest lease), and claims the batches left
  * unacknowledged.
+ *
+ * A sweep that fails is retried (see delivery_sweep), and what it was
+ * asked for stays asked for until one succeeds.
  */
-static void
-delivery_sweep(TimestampTz now)
+
+/* What delivery_sweep() runs in its subtransaction. */
+typedef struct SweepRun
 {
-	uint64		wake = pg_atomic_read_u64(&relay_slot->wake_generation);
-	uint64		prepared = pg_atomic_read_u64(&relay_slot->prepared_generation);
+	TimestampTz now;
+	bool		full;			/* with the log */
+	uint64		prepared;		/* the slot's prepared generation */
+	bool		prepared_now;	/* prepared transactions now */
+	TimestampTz expired_since;	/* the batches whose lease ran out since */
+} SweepRun;
+
+static void
+delivery_sweep_run(void *arg)
+{
+	SweepRun   *run = arg;
 	uint64		n;
-	bool		full;
-	bool		prepared_now;
-	TimestampTz expired_since;
-
-	if (sweep_recovery_at > 0 && now < sweep_recovery_at)
-		relay_lease_again_by(sweep_recovery_at);
-	full = (wake != sweep_wake_generation || sweep_all ||
-			(sweep_recovery_at > 0 && now >= sweep_recovery_at));
-	if (!full &&
-		(!WorkerPaceDue(&sweep_pace, now) ||
-		 (relay_slot->worker_number != 0 && !delivery_sweeper_overdue(now))))
-		return;
-
-	/*
-	 * The last sweep failed (its cycle's error was logged): it is tried
-	 * again after SWEEP_RETRY_MS, doubled while it keeps failing, and the
-	 * cycles between lease without it.  A sweep that fails every time (a
-	 * statement_timeout shorter than it) must not fail every cycle.
-	 */
-	if (sweep_running)
-	{
-		sweep_running = false;
-		sweep_failures = Min(sweep_failures + 1, 16);
-		sweep_retry_at = TimestampTzPlusMilliseconds(now,
-													 Min((int64) SWEEP_RETRY_MS << (sweep_failures - 1),
-														 SWEEP_RETRY_MAX_MS));
-	}
-	if (now < sweep_retry_at)
-	{
-		relay_lease_again_by(sweep_retry_at);
-		return;
-	}
-	sweep_running = true;
 
 	/*
 	 * The log is looked at by the periodic sweep only for prepared
@@ -1961,9 +1944,9 @@ delivery_sweep(TimestampTz now)
 	 * moved; it may have been committed since), or one there now or at the
 	 * last sweep (committed meanwhile, or still to be).
 	 */
-	prepared_now = OutboxStorePreparedTransactions();
-	full |= (prepared != sweep_prepared_generation || prepared_now ||
-			 sweep_prepared);
+	run->prepared_now = OutboxStorePreparedTransactions();
+	run->full |= (run->prepared != sweep_prepared_generation ||
+				  run->prepared_now || sweep_prepared);
 
 	/*
 	 * The batches whose lease ran out: those that expired since 10 s
@@ -1974,32 +1957,11 @@ delivery_sweep(TimestampTz now)
 	 * its lease and the margin together; all of them are looked at by a
 	 * full sweep, and every SWEEP_ALL_BATCHES_MS.
 	 */
-	if (full || now >= sweep_all_batches_at)
-		expired_since = DT_NOBEGIN;
+	if (run->full || run->now >= sweep_all_batches_at)
+		run->expired_since = DT_NOBEGIN;
 	else
-		expired_since = sweep_expired_since;
-	n = OutboxStoreDueDestinations(full, expired_since);
-
-	/*
-	 * What this sweep was asked for is forgotten only now that it ran: a
-	 * sweep that failed (a lock_timeout or statement_timeout, the cycle's
-	 * error) is asked for again by the next one.  Forgotten before, the
-	 * events of a prepared transaction committed meanwhile, or of a wake,
-	 * waited for their destination's next emit().
-	 */
-	sweep_running = false;
-	sweep_failures = 0;
-	sweep_all = false;
-	if (sweep_recovery_at > 0 && now >= sweep_recovery_at)
-		sweep_recovery_at = 0;
-	sweep_wake_generation = wake;
-	sweep_prepared_generation = prepared;
-	sweep_prepared = prepared_now;
-	sweep_expired_since = TimestampTzPlusMilliseconds(now,
-													  -SWEEP_EXPIRED_MARGIN_MS);
-	if (TIMESTAMP_IS_NOBEGIN(expired_since))
-		sweep_all_batches_at = TimestampTzPlusMilliseconds(now,
-														   SWEEP_ALL_BATCHES_MS);
+		run->expired_since = sweep_expired_since;
+	n = OutboxStoreDueDestinations(run->full, run->expired_since);
 	for (uint64 i = 0; i < n; i++)
 	{
 		char	   *name = SPI_getvalue(SPI_tuptable->vals[i],
@@ -2012,6 +1974,67 @@ delivery_sweep(TimestampTz now)
 			pass_business = true;
 		}
 	}
+}
+
+static void
+delivery_sweep(TimestampTz now)
+{
+	uint64		wake = pg_atomic_read_u64(&relay_slot->wake_generation);
+	SweepRun	run;
+	ErrorData  *edata;
+
+	if (sweep_recovery_at > 0 && now < sweep_recovery_at)
+		relay_lease_again_by(sweep_recovery_at);
+	run.now = now;
+	run.prepared = pg_atomic_read_u64(&relay_slot->prepared_generation);
+	run.full = (wake != sweep_wake_generation || sweep_all ||
+				(sweep_recovery_at > 0 && now >= sweep_recovery_at));
+	if (!run.full &&
+		(!WorkerPaceDue(&sweep_pace, now) ||
+		 (relay_slot->worker_number != 0 && !delivery_sweeper_overdue(now))))
+		return;
+	if (now < sweep_retry_at)
+	{
+		relay_lease_again_by(sweep_retry_at);
+		return;
+	}
+
+	/*
+	 * In a subtransaction: a sweep that fails (a lock_timeout on the log's
+	 * tables) is logged, and tried again after SWEEP_RETRY_MS, doubled while
+	 * it keeps failing; the lease step goes on without it.  What it was
+	 * asked for is forgotten only once it ran: forgotten before, the events
+	 * of a transaction committed by COMMIT PREPARED meanwhile waited for
+	 * their destination's next emit().
+	 */
+	if (!WorkerRunInSubtransaction(delivery_sweep_run, &run, &edata))
+	{
+		int64		retry_ms;
+
+		sweep_failures = Min(sweep_failures + 1, 16);
+		retry_ms = Min((int64) SWEEP_RETRY_MS << (sweep_failures - 1),
+					   SWEEP_RETRY_MAX_MS);
+		sweep_retry_at = TimestampTzPlusMilliseconds(now, retry_ms);
+		relay_lease_again_by(sweep_retry_at);
+		WorkerReportJobError(&sweep_errors, edata,
+							 "outbox_pg sweep for due events",
+							 psprintf("Delivery continues; what only a sweep finds (the events of a prepared transaction, a batch whose lease ran out) is looked for again in " INT64_FORMAT " ms.",
+									  retry_ms));
+		return;
+	}
+	sweep_failures = 0;
+	sweep_retry_at = 0;
+	sweep_all = false;
+	if (sweep_recovery_at > 0 && now >= sweep_recovery_at)
+		sweep_recovery_at = 0;
+	sweep_wake_generation = wake;
+	sweep_prepared_generation = run.prepared;
+	sweep_prepared = run.prepared_now;
+	sweep_expired_since = TimestampTzPlusMilliseconds(now,
+													  -SWEEP_EXPIRED_MARGIN_MS);
+	if (TIMESTAMP_IS_NOBEGIN(run.expired_since))
+		sweep_all_batches_at = TimestampTzPlusMilliseconds(now,
+														   SWEEP_ALL_BATCHES_MS);
 	(void) WorkerPaceDone(&sweep_pace, now, outbox_poll_interval);
 	if (relay_slot->worker_number == 0)
 		pg_atomic_write_u64(&relay_slot->sweep_due_at,

@@ -70,6 +70,10 @@
 
 static SPIPlanPtr route_plan = NULL;
 static TimestampTz last_route = 0;
+static WorkerErrorThrottle route_errors;
+static WorkerErrorThrottle rotate_errors;
+static WorkerErrorThrottle trim_errors;
+static WorkerErrorThrottle backlog_errors;
 
 static TimestampTz last_rotate = 0;
 static WorkerPace trim_pace = {TRIM_COST_FACTOR, TRIM_MAX_MS, 0};
@@ -104,10 +108,10 @@ housekeeping_route_pending(void *arg)
 }
 
 /*
- * Route the events emitted without a destination, in a subtransaction:
- * failing (a lock_timeout on the log, a cancel), it failed the lease step
- * it runs in, and did again at every cycle until it succeeded, so that
- * relay 0 delivered nothing meanwhile.
+ * Route the events emitted without a destination, in a subtransaction, so
+ * that failing (a lock_timeout on the log, a trigger) it does not fail the
+ * lease step it runs in: it is logged and tried again after its interval,
+ * and relay 0 delivers meanwhile.
  */
 static void
 housekeeping_route(TimestampTz now)
@@ -118,15 +122,10 @@ housekeeping_route(TimestampTz now)
 		return;
 	last_route = now;
 	if (!WorkerRunInSubtransaction(housekeeping_route_pending, NULL, &edata))
-	{
-		ereport(LOG,
-				(errcode(edata->sqlerrcode),
-				 errmsg("outbox_pg routing of events emitted without a destination failed: %s",
-						edata->message),
-				 errhint("Delivery continues; the routing is tried again in %d ms.",
-						 ROUTE_INTERVAL_MS)));
-		FreeErrorData(edata);
-	}
+		WorkerReportJobError(&route_errors, edata,
+							 "outbox_pg routing of events emitted without a destination",
+							 "Delivery continues; the routing is tried again in "
+							 CppAsString2(ROUTE_INTERVAL_MS) " ms.");
 }
 
 /* What housekeeping_rotate() runs in its subtransaction. */
@@ -172,16 +171,12 @@ housekeeping_rotate(TimestampTz now, RelaySlot *slot)
 	}
 	else
 	{
-		char	   *text = psprintf("failed: %s", edata->message);
-
-		ereport(LOG,
-				(errcode(edata->sqlerrcode),
-				 errmsg("outbox_pg rotation of the event log failed: %s",
-						edata->message),
-				 errhint("Delivery continues; the rotation is tried again in %d ms.",
-						 ROTATE_CHECK_MS)));
-		OutboxSlotSetRotation(slot, text, true, now);
-		FreeErrorData(edata);
+		OutboxSlotSetRotation(slot, psprintf("failed: %s", edata->message),
+							  true, now);
+		WorkerReportJobError(&rotate_errors, edata,
+							 "outbox_pg rotation of the event log",
+							 "Delivery continues; the rotation is tried again in "
+							 CppAsString2(ROTATE_CHECK_MS) " ms.");
 	}
 
 	if (!WorkerPaceDue(&trim_pace, now))
@@ -190,15 +185,10 @@ housekeeping_rotate(TimestampTz now, RelaySlot *slot)
 	trimmed = WorkerRunInSubtransaction(housekeeping_trim, NULL, &edata);
 	wait_ms = WorkerPaceDone(&trim_pace, started, TRIM_INTERVAL_MS);
 	if (!trimmed)
-	{
-		ereport(LOG,
-				(errcode(edata->sqlerrcode),
-				 errmsg("outbox_pg trim of claimed batches failed: %s",
-						edata->message),
-				 errhint("Delivery continues; the trim is tried again in %ld ms.",
-						 wait_ms)));
-		FreeErrorData(edata);
-	}
+		WorkerReportJobError(&trim_errors, edata,
+							 "outbox_pg trim of claimed batches",
+							 psprintf("Delivery continues; the trim is tried again in %ld ms.",
+									  wait_ms));
 }
 
 /* The destination with the oldest pending event: what the warning says. */
@@ -239,9 +229,10 @@ housekeeping_measure_backlog(void *arg)
 
 /*
  * The backlog warning: does nothing more often than every
- * BACKLOG_CHECK_MS (more rarely when the last measure was slow).  The
- * measure runs in a subtransaction, as the routing does: failing, it
- * failed the lease step, and did again at every cycle.
+ * BACKLOG_CHECK_MS (more rarely when the last measurement was slow).  The
+ * measurement runs in a subtransaction, as the routing does, so that
+ * failing it does not fail the lease step: it is logged and tried again
+ * after BACKLOG_CHECK_MS.
  */
 static void
 housekeeping_check_backlog(const char *database_name)
@@ -257,14 +248,13 @@ housekeeping_check_backlog(const char *database_name)
 	if (threshold > 0 &&
 		!WorkerRunInSubtransaction(housekeeping_measure_backlog, &m, &edata))
 	{
-		ereport(LOG,
-				(errcode(edata->sqlerrcode),
-				 errmsg("outbox_pg measure of the pending events failed: %s",
-						edata->message),
-				 errhint("Delivery continues; the measure is tried again in %d ms.",
-						 BACKLOG_CHECK_MS)));
-		FreeErrorData(edata);
-		(void) WorkerPaceDone(&backlog_pace, now, BACKLOG_CHECK_MS);
+		/* not paced by its duration: a lock_timeout's was not the measure's */
+		backlog_pace.next = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														BACKLOG_CHECK_MS);
+		WorkerReportJobError(&backlog_errors, edata,
+							 "outbox_pg measurement of the pending events",
+							 "Delivery continues; the measurement is tried again in "
+							 CppAsString2(BACKLOG_CHECK_MS) " ms.");
 		return;
 	}
 	/* a large backlog (or many destinations) is measured less often */

@@ -29,7 +29,9 @@
  *	   attempt and pushes next_attempt_at out by outbox.lease_margin, then
  *	   commits.  Counting the attempt before the handler runs means a
  *	   message whose handler kills the worker process still runs out of
- *	   attempts instead of crash-looping the server.
+ *	   attempts instead of crash-looping the server: leased beyond its
+ *	   handler's max_attempts, it is dead-lettered without running the
+ *	   handler again (inbox_run_batch).
  *	2. Process, in one transaction: lock the leased rows again (FOR
  *	   UPDATE, and only if their attempt count is still the leased one, so
  *	   a lease that ran out and was taken by another worker is left to that
@@ -63,6 +65,9 @@
  * pg_catalog: handlers qualify their names or carry SET search_path.  The
  * signature is checked again before every call, so a row written directly
  * into inbox.handlers cannot make the worker pass a wrong argument type.
+ * Constraints are checked at the end of each of the handler's statements
+ * (SET CONSTRAINTS ALL IMMEDIATE): PostgreSQL refuses to queue a deferred
+ * trigger in a security-restricted operation.
  * Each call runs under the statement timeout (outbox.inbox_handler_timeout,
  * the backend's own STATEMENT_TIMEOUT machinery): a handler that hangs is
  * cancelled and counts as a failed attempt instead of holding the worker —
@@ -89,7 +94,11 @@
  * detector for its id, so the effective retention is never shorter than
  * outbox.redelivery_window; a shorter setting is overridden, and said so
  * in the server log at LOG level (which, unlike WARNING, passes the
- * default log_min_messages and TAP's log_min_messages = log alike).
+ * default log_min_messages and TAP's log_min_messages = log alike).  Each
+ * of the two deletions runs in a subtransaction: one that fails (an
+ * application's trigger or foreign key on inbox.messages) is logged and
+ * tried again at the next run, and neither the other one nor the
+ * processing of messages waits for it.
  *
  * Each step takes its table locks with RVR_SKIP_LOCKED first and skips the
  * cycle when they are not free (DROP or ALTER EXTENSION in progress) or
@@ -112,6 +121,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -384,6 +394,17 @@ inbox_run_step(void *arg)
 {
 	InboxRun   *run = (InboxRun *) arg;
 	MemoryContext oldcxt = CurrentMemoryContext;
+	ConstraintsSetStmt immediate = {.type = T_ConstraintsSetStmt};
+
+	/*
+	 * Constraints are checked at the end of each statement of a handler, not
+	 * deferred to the commit: a handler runs as a security-restricted
+	 * operation, where PostgreSQL refuses to queue a deferred trigger, and
+	 * every write to a table with a DEFERRABLE INITIALLY DEFERRED foreign
+	 * key failed (42501).  Set before the handlers, outside their
+	 * restricted context; this subtransaction's rollback undoes it.
+	 */
+	AfterTriggerSetState(&immediate);
 
 	for (run->at = run->from; run->at < run->to; run->at++)
 	{
@@ -643,9 +664,24 @@ inbox_run_batch(InboxMessage *msgs, int nmsgs)
 	run.msgcxt = AllocSetContextCreate(inbox_context, "outbox_pg inbox message",
 									   ALLOCSET_DEFAULT_SIZES);
 	for (int i = 0; i < nmsgs; i++)
+	{
 		if (!OidIsValid(msgs[i].handler))
 			msgs[i].error = psprintf("no inbox handler matches message type \"%s\"",
 									 msgs[i].type);
+
+		/*
+		 * Leased more often than its handler allows: an attempt ended
+		 * without a result (the worker died in the handler, or the batch's
+		 * transaction failed).  The lease counts the attempt so that such a
+		 * message runs out of attempts, and this is where it does: it is
+		 * dead-lettered without running its handler again.  Only an
+		 * ordinary error used to dead-letter, and a handler that killed the
+		 * worker ran again after every lease, for ever.
+		 */
+		else if (msgs[i].attempts > msgs[i].max_attempts)
+			msgs[i].error = psprintf("attempt %d of %d ended without a result: the worker stopped, or its transaction failed, while the message was being processed",
+									 msgs[i].attempts - 1, msgs[i].max_attempts);
+	}
 	inbox_run_range(&run, 0, nmsgs);
 
 	done = palloc(Max(nmsgs, 1) * sizeof(Datum));
@@ -717,16 +753,53 @@ inbox_process(int *nleased_out)
 	return true;
 }
 
+/* What inbox_retention() deletes, each in a subtransaction of its own. */
+typedef struct InboxExpire
+{
+	Interval   *keep;
+	uint64		messages;		/* deleted */
+	uint64		claims;
+} InboxExpire;
+
+static void
+inbox_expire_messages(void *arg)
+{
+	InboxExpire *expire = arg;
+	Datum		args[2];
+
+	args[0] = IntervalPGetDatum(expire->keep);
+	args[1] = Int32GetDatum(INBOX_RETENTION_BATCH);
+	if (SPI_execute_plan(expire_messages_plan, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete processed inbox messages");
+	expire->messages = SPI_processed;
+}
+
+static void
+inbox_expire_claims(void *arg)
+{
+	InboxExpire *expire = arg;
+	Datum		args[1];
+
+	args[0] = Int32GetDatum(INBOX_RETENTION_BATCH);
+	if (SPI_execute_plan(expire_claims_plan, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete expired inbox claims");
+	expire->claims = SPI_processed;
+}
+
 /*
  * Delete old processed messages and expired claims, one bounded batch per
  * table.  Returns true when a batch was full (more to delete).
  */
+static WorkerErrorThrottle expire_messages_errors;
+static WorkerErrorThrottle expire_claims_errors;
+
 static bool
 inbox_retention(void)
 {
 	int			keep_secs = outbox_inbox_retention;
 	Interval   *keep;
-	Datum		args[2];
+	InboxExpire expire = {NULL, 0, 0};
+	ErrorData  *edata;
 	uint64		nmessages;
 	uint64		nclaims;
 
@@ -753,15 +826,19 @@ inbox_retention(void)
 	pgstat_report_activity(STATE_RUNNING, inbox_doing);
 	keep = palloc0(sizeof(Interval));
 	keep->time = (int64) keep_secs * USECS_PER_SEC;
-	args[0] = IntervalPGetDatum(keep);
-	args[1] = Int32GetDatum(INBOX_RETENTION_BATCH);
-	if (SPI_execute_plan(expire_messages_plan, args, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "could not delete processed inbox messages");
-	nmessages = SPI_processed;
-	args[0] = Int32GetDatum(INBOX_RETENTION_BATCH);
-	if (SPI_execute_plan(expire_claims_plan, args, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "could not delete expired inbox claims");
-	nclaims = SPI_processed;
+	expire.keep = keep;
+	if (!WorkerRunInSubtransaction(inbox_expire_messages, &expire, &edata))
+		WorkerReportJobError(&expire_messages_errors, edata,
+							 "outbox_pg deletion of processed inbox messages",
+							 "Inbox processing continues; the deletion is tried again in "
+							 CppAsString2(INBOX_RETENTION_INTERVAL_MS) " ms.");
+	if (!WorkerRunInSubtransaction(inbox_expire_claims, &expire, &edata))
+		WorkerReportJobError(&expire_claims_errors, edata,
+							 "outbox_pg deletion of expired inbox claims",
+							 "Inbox processing continues; the deletion is tried again in "
+							 CppAsString2(INBOX_RETENTION_INTERVAL_MS) " ms.");
+	nmessages = expire.messages;
+	nclaims = expire.claims;
 	WorkerStepCommit();
 	if (nmessages > 0 || nclaims > 0)
 		elog(DEBUG1, "outbox_pg inbox retention deleted " UINT64_FORMAT " messages and " UINT64_FORMAT " claims",

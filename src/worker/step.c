@@ -361,3 +361,38 @@ step_safe_text(const char *text)
 	return OutboxPeerText(text, strlen(text), false, NULL,
 						  8 * OUTBOX_ERROR_LEN);
 }
+
+/*
+ * Report the error of a worker's job that WorkerRunInSubtransaction()
+ * caught, and free it: "<what> failed: <its message>" at LOG, with its
+ * SQLSTATE, detail and context, the texts made safe to log as
+ * WorkerReportCycleError() does, and hint after its own.
+ * The same message within a minute of its last report goes to DEBUG1.
+ */
+void
+WorkerReportJobError(WorkerErrorThrottle *throttle, ErrorData *edata,
+					 const char *what, const char *hint)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		repeated;
+
+	repeated = (strcmp(throttle->last_message, edata->message) == 0 &&
+				!TimestampDifferenceExceeds(throttle->last_logged_at, now,
+											CYCLE_ERROR_QUIET_MS));
+	strlcpy(throttle->last_message, edata->message,
+			sizeof(throttle->last_message));
+	if (!repeated)
+		throttle->last_logged_at = now;
+
+	edata->message = psprintf("%s failed: %s", what,
+							  step_safe_text(edata->message));
+	if (edata->detail != NULL)
+		edata->detail = step_safe_text(edata->detail);
+	if (edata->hint == NULL)
+		edata->hint = pstrdup(hint);
+	else
+		edata->hint = psprintf("%s %s", step_safe_text(edata->hint), hint);
+	edata->elevel = repeated ? DEBUG1 : LOG;
+	ThrowErrorData(edata);
+	FreeErrorData(edata);
+}

@@ -82,6 +82,9 @@ extern void WorkerRefreshPlans(TimestampTz now);
 extern void WorkerReportCycleError(WorkerErrorThrottle *throttle,
 								   RelaySlot *slot, const char *hint,
 								   const char *context_fmt,...) pg_attribute_printf(4, 5);
+extern void WorkerReportJobError(WorkerErrorThrottle *throttle,
+								 ErrorData *edata, const char *what,
+								 const char *hint);
 
 /* pace.c */
 typedef struct WorkerPace

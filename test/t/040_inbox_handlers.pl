@@ -371,6 +371,91 @@ $node->safe_psql('postgres', q{
 ok($node->wait_for_log(qr/outbox\.inbox_retention \(1 s\) is shorter than outbox\.redelivery_window \(2 s\); processed inbox messages are kept for 2 s/,
 	$log_offset), 'a retention below the redelivery window is overridden, and logged');
 
+# --- a handler that writes to a table with a DEFERRABLE INITIALLY DEFERRED
+# foreign key (Django makes every one so): PostgreSQL refuses to queue a
+# deferred trigger in the handler's security-restricted context, and every
+# such message failed with 42501; the worker checks constraints at the end
+# of each of the handler's statements instead
+$node->safe_psql('postgres', q{
+	CREATE TABLE public.accounts (id text PRIMARY KEY);
+	CREATE TABLE public.entries (message_id text PRIMARY KEY,
+		account text NOT NULL REFERENCES public.accounts DEFERRABLE INITIALLY DEFERRED);
+	INSERT INTO public.accounts VALUES ('acc-1');
+	CREATE FUNCTION public.book(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN
+	    INSERT INTO public.entries VALUES (m.id, m.payload ->> 'account');
+	END $$;
+	SELECT inbox.register_handler('book.*', 'public.book(inbox.messages)', max_attempts => 1);
+	SELECT inbox.receive('book-1', 'book.entry', '{"account": "acc-1"}');
+	SELECT inbox.receive('book-2', 'book.entry', '{"account": "nobody"}');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 2 FROM inbox.messages WHERE id IN ('book-1', 'book-2') AND status <> 'pending'}),
+	'deferred foreign key: both messages are settled');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(id || ' ' || status || ' ' || coalesce(left(last_error, 5), '-'), ', ' ORDER BY id)
+	  FROM inbox.messages WHERE id IN ('book-1', 'book-2')}),
+	'book-1 processed -, book-2 dead 23503',
+	'the one that keeps the key is processed, the one that breaks it fails on the key');
+is($node->safe_psql('postgres', q{SELECT string_agg(message_id, ',') FROM public.entries}), 'book-1',
+	'and only its write is kept');
+
+# --- a handler that kills its worker never reports back: the lease
+# counted the attempt, and a message leased beyond its max_attempts is
+# dead-lettered without running its handler again.  It ran after every
+# lease, for ever, and killed the worker each time.
+$node->safe_psql('postgres', q{
+	CREATE SEQUENCE public.kill_calls;
+	CREATE FUNCTION public.kill_me(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN
+	    PERFORM nextval('public.kill_calls');
+	    PERFORM pg_terminate_backend(pg_backend_pid());
+	    PERFORM pg_sleep(5);
+	END $$;
+	SELECT inbox.register_handler('kill.*', 'public.kill_me(inbox.messages)', max_attempts => 2);
+	SELECT inbox.receive('kill-1', 'kill.now', '{}');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'dead' FROM inbox.messages WHERE id = 'kill-1'}),
+	'a handler that kills its worker: dead-lettered once out of attempts');
+is($node->safe_psql('postgres', q{
+	SELECT attempts || ' ' || last_error FROM inbox.messages WHERE id = 'kill-1'}),
+	'3 attempt 2 of 2 ended without a result: the worker stopped, or its transaction failed, while the message was being processed',
+	'it says why');
+is($node->safe_psql('postgres', q{SELECT last_value FROM public.kill_calls}), '2',
+	'its handler ran max_attempts times');
+$node->safe_psql('postgres', q{
+	SELECT inbox.purge('kill-1');
+	SELECT inbox.unregister_handler('kill.*');
+	SELECT inbox.receive('after-kill', 'payment.created', '{"amount": 4}');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'processed' FROM inbox.messages WHERE id = 'after-kill'}),
+	'the next message is processed');
+
+# --- retention whose deletion of messages fails (an application trigger on
+# inbox.messages): logged, and the expired claims are deleted all the same
+$log_offset = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION public.keep_messages() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN RAISE EXCEPTION 'messages are kept'; END $$;
+	CREATE TRIGGER keep_messages BEFORE DELETE ON inbox.messages
+		FOR EACH ROW EXECUTE FUNCTION public.keep_messages();
+	SELECT inbox.claim('claim-kept', ttl => '2s');
+});
+ok($node->wait_for_log(qr/outbox_pg deletion of processed inbox messages failed: messages are kept/,
+	$log_offset), 'the failed deletion is logged');
+ok($node->poll_query_until('postgres', q{
+	SELECT NOT EXISTS (SELECT FROM inbox.claims WHERE message_id = 'claim-kept')}),
+	'expired claims are deleted meanwhile');
+$node->safe_psql('postgres', q{SELECT inbox.receive('while-kept', 'payment.created', '{"amount": 5}')});
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'processed' FROM inbox.messages WHERE id = 'while-kept'}),
+	'and messages are processed');
+$node->safe_psql('postgres', q{DROP TRIGGER keep_messages ON inbox.messages});
+
 # --- wake at commit: with a 60 s poll, a received message is processed at once
 $node->safe_psql('postgres', q{
 	ALTER SYSTEM SET outbox.poll_interval = '60s';

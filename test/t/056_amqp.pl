@@ -18,6 +18,7 @@ use lib $FindBin::RealBin;
 use BrokerTest;
 use OutboxTest;
 use Encode ();
+use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
@@ -284,6 +285,76 @@ is(scalar(grep { !$applied{$_} } @ledger_ids), 0, "zero lost: all $paid ids reac
 is($node->safe_psql('postgres', 'SELECT count(*) FROM ledger'), $paid, 'the ledger has one entry per payment');
 is(scalar(grep { $_ > 1 } values %applied), 0, 'no message applied twice');
 note("faults: $paid events, $dups duplicates absorbed by inbox.claim()");
+
+# 8. headers that do not fit one AMQP frame, or a header name longer than
+# an AMQP short string: dead-lettered with the reason, not sent (sent, the
+# publish failed or the broker closed the connection, and the event was
+# retried for ever as a failure of the destination)
+my ($too_big, $long_name) = split / /, $node->safe_psql('postgres', q{
+	SELECT outbox.emit('payment.headers', 'acct-h', '{}', destination => 'amqp_dead',
+	                   headers => (SELECT jsonb_object_agg('x-big-' || g, repeat('v', 8000))
+	                                 FROM generate_series(1, 20) g))::text || ' ' ||
+	       outbox.emit('payment.headers', 'acct-h', '{}', destination => 'amqp_dead',
+	                   headers => jsonb_build_object('x-' || repeat('n', 254), 'v'))::text});
+my $fits = $node->safe_psql('postgres',
+	q{SELECT outbox.emit('payment.fits', 'acct-f', '{}', destination => 'amqp')});
+ok($node->poll_query_until('postgres', qq{
+	SELECT count(*) = 2 FROM outbox.events WHERE id IN ('$too_big', '$long_name') AND status = 'dead'}),
+	'headers beyond one frame, and a header name beyond 255 bytes: dead-lettered');
+like($node->safe_psql('postgres', qq{SELECT last_error FROM outbox.events WHERE id = '$too_big'}),
+	qr/^headers too large for AMQP: about \d+ bytes of properties, above the frame size \(131072\)$/,
+	'with the reason for the size');
+is($node->safe_psql('postgres', qq{SELECT last_error FROM outbox.events WHERE id = '$long_name'}),
+	'header name too long for AMQP: 256 bytes, above 255', 'and for the name');
+ok($node->poll_query_until('postgres', "SELECT status = 'published' FROM outbox.events WHERE id = '$fits'"),
+	'an event beside them is published');
+
+# 7. a broker that accepts the connection and never answers: each attempt
+# holds the relay for the destination's timeout (the connection is made in
+# line), so the next one waits ten times as long from its end.  Counted
+# from its start, the wait had run out when the attempt failed, and every
+# retry round (here every 0.1-0.2 s) tried again: the relay was held for
+# 2 s out of every 2.
+my $silent_port = PostgreSQL::Test::Cluster::get_free_port();
+my $silent = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $silent_port,
+	Listen => 128, ReuseAddr => 1) or die "listen: $!";
+my $accepts = "${PostgreSQL::Test::Utils::tmp_check}/silent_accepts";
+my $listener = fork();
+die "fork: $!" unless defined $listener;
+if ($listener == 0)
+{
+	my @held;
+	while (my $conn = $silent->accept)
+	{
+		push @held, $conn;
+		open(my $fh, '>>', $accepts) or exit 1;
+		print $fh "accepted\n";
+		close $fh;
+	}
+	exit 0;
+}
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, kind, url, credentials, timeout_ms, max_concurrency,
+	                                 backoff_base_ms, backoff_max_ms, options)
+	VALUES ('amqp_silent', 'amqp', 'amqp://127.0.0.1:$silent_port', 'rmq', 2000, 64, 100, 200,
+	        '{"exchange": "events", "circuit_threshold": 0}');
+	SELECT outbox.emit('silent.event', 's-' || g, '{}', destination => 'amqp_silent')
+	  FROM generate_series(1, 20) g;
+});
+sleep 9;
+my $attempts = () = (-e $accepts ? slurp_file($accepts) : '') =~ /accepted/g;
+ok($attempts >= 1 && $attempts <= 3,
+	'a broker that never answers: one connection attempt per relay, not one per retry round')
+	or diag("$attempts connection attempts in 9 s");
+note("$attempts connection attempts in 9 s to a broker that never answers");
+my $beside = $node->safe_psql('postgres',
+	q{SELECT outbox.emit('payment.beside', 'acct-b', '{}', destination => 'amqp')});
+ok($node->poll_query_until('postgres', "SELECT status = 'published' FROM outbox.events WHERE id = '$beside'"),
+	'the other destinations are served meanwhile');
+$node->safe_psql('postgres', q{SELECT outbox.pause('amqp_silent')});
+kill 'KILL', $listener;
+waitpid($listener, 0);
+close($silent);
 
 $node->stop;
 finish_rabbitmq($rmq);

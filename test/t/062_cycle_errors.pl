@@ -210,19 +210,25 @@ $node->safe_psql('postgres', 'DROP TRIGGER refuse_second_claim ON outbox.batches
 $log_start = -s $node->logfile;
 # emitted before its route exists: routed later, by relay 0
 my $unrouted = $node->safe_psql('postgres', q{SELECT outbox.emit('route.me', 'r', '{}')});
+# (one transaction: the route must not exist without the trigger)
 $node->safe_psql('postgres', qq{
+	BEGIN;
 	INSERT INTO outbox.destinations (name, url) VALUES ('routed', '$u/routed');
 	INSERT INTO outbox.routes (pattern, destination) VALUES ('route.*', 'routed');
 	CREATE FUNCTION refuse_routing() RETURNS trigger LANGUAGE plpgsql AS \$\$
 	BEGIN
-		RAISE EXCEPTION 'routing refused' USING ERRCODE = 'XY127';
+		RAISE EXCEPTION 'routing refused' USING ERRCODE = 'XY127',
+			DETAIL = 'The trigger said no.';
 	END \$\$;
 	CREATE TRIGGER refuse_routing BEFORE INSERT ON outbox.settled_events
 		FOR EACH ROW EXECUTE FUNCTION refuse_routing();
+	COMMIT;
 });
 ok(wait_until(sub { $node->log_contains(
 	'outbox_pg routing of events emitted without a destination failed: routing refused', $log_start) }, 20),
 	'the routing failed, and said so');
+like(log_since(), qr/LOG:  XY127: outbox_pg routing of events emitted without a destination failed: routing refused\n.*DETAIL:  The trigger said no\.\n.*HINT:  Delivery continues; the routing is tried again in 5000 ms\.\n.*CONTEXT:  PL\/pgSQL function (?:public\.)?refuse_routing\(\)/,
+	'with its SQLSTATE, detail and context, and what happens next');
 my ($beside) = emit_events($node, 'route.beside', 'ok', 1);
 is($node->safe_psql('postgres', qq{SELECT outbox.wait_published('$beside', '10 s')}), 't',
 	'the relay delivers while its routing fails');
