@@ -402,8 +402,11 @@ inbox_run_step(void *arg)
 	 * operation, where PostgreSQL refuses to queue a deferred trigger, and
 	 * every write to a table with a DEFERRABLE INITIALLY DEFERRED foreign
 	 * key failed (42501).  Set before the handlers, outside their
-	 * restricted context; this subtransaction's rollback undoes it.
+	 * restricted context; this subtransaction's rollback undoes it.  It
+	 * fires what is pending deferred (nothing is): an error is charged to
+	 * the first message.
 	 */
+	run->at = run->from;
 	AfterTriggerSetState(&immediate);
 
 	for (run->at = run->from; run->at < run->to; run->at++)
@@ -650,7 +653,7 @@ inbox_fetch(Datum *ids, Datum *attempts, int nleased, int *nmsgs)
 static void
 inbox_run_batch(InboxMessage *msgs, int nmsgs)
 {
-	InboxRun	run;
+	InboxRun	run = {0};
 	Datum	   *done;
 	Datum	   *gone;
 	int			ndone = 0;

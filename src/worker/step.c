@@ -376,6 +376,8 @@ WorkerReportJobError(WorkerErrorThrottle *throttle, ErrorData *edata,
 	TimestampTz now = GetCurrentTimestamp();
 	bool		repeated;
 
+	if (edata->message == NULL)
+		edata->message = pstrdup("");
 	repeated = (strcmp(throttle->last_message, edata->message) == 0 &&
 				!TimestampDifferenceExceeds(throttle->last_logged_at, now,
 											CYCLE_ERROR_QUIET_MS));
