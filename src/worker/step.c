@@ -284,6 +284,25 @@ step_lock_tables_nowait(const char *schema, const OutboxTableLock *tables,
 }
 
 /*
+ * Was message logged by throttle's worker less than CYCLE_ERROR_QUIET_MS
+ * ago?  Remembers it as the last one, and its time unless repeated.
+ */
+static bool
+step_error_repeated(WorkerErrorThrottle *throttle, const char *message)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		repeated;
+
+	repeated = (strcmp(throttle->last_message, message) == 0 &&
+				!TimestampDifferenceExceeds(throttle->last_logged_at, now,
+											CYCLE_ERROR_QUIET_MS));
+	strlcpy(throttle->last_message, message, sizeof(throttle->last_message));
+	if (!repeated)
+		throttle->last_logged_at = now;
+	return repeated;
+}
+
+/*
  * Report the error that ended a worker's cycle, from its PG_CATCH block,
  * called in a memory context other than ErrorContext (the worker's loop
  * context, say), which is current again on return.
@@ -299,7 +318,6 @@ WorkerReportCycleError(WorkerErrorThrottle *throttle, RelaySlot *slot,
 					   const char *hint, const char *context_fmt,...)
 {
 	MemoryContext caller = CurrentMemoryContext;
-	TimestampTz now = GetCurrentTimestamp();
 	ErrorData  *edata;
 	StringInfoData context;
 	bool		repeated;
@@ -317,13 +335,7 @@ WorkerReportCycleError(WorkerErrorThrottle *throttle, RelaySlot *slot,
 		OutboxSlotSetState(slot, RELAY_ERROR);
 	}
 
-	repeated = (strcmp(throttle->last_message, edata->message) == 0 &&
-				!TimestampDifferenceExceeds(throttle->last_logged_at, now,
-											CYCLE_ERROR_QUIET_MS));
-	strlcpy(throttle->last_message, edata->message,
-			sizeof(throttle->last_message));
-	if (!repeated)
-		throttle->last_logged_at = now;
+	repeated = step_error_repeated(throttle, edata->message);
 
 	/* what the worker was doing goes below the error's own context */
 	initStringInfo(&context);
@@ -373,18 +385,11 @@ void
 WorkerReportJobError(WorkerErrorThrottle *throttle, ErrorData *edata,
 					 const char *what, const char *hint)
 {
-	TimestampTz now = GetCurrentTimestamp();
 	bool		repeated;
 
 	if (edata->message == NULL)
 		edata->message = pstrdup("");
-	repeated = (strcmp(throttle->last_message, edata->message) == 0 &&
-				!TimestampDifferenceExceeds(throttle->last_logged_at, now,
-											CYCLE_ERROR_QUIET_MS));
-	strlcpy(throttle->last_message, edata->message,
-			sizeof(throttle->last_message));
-	if (!repeated)
-		throttle->last_logged_at = now;
+	repeated = step_error_repeated(throttle, edata->message);
 
 	edata->message = psprintf("%s failed: %s", what,
 							  step_safe_text(edata->message));
