@@ -828,6 +828,7 @@ rmq_load(const DestinationConfig *config)
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("out of memory")));
 		c->fd = -1;
+		c->reconnect_ms = AMQP_RECONNECT_MS;
 		c->port = port;
 		c->tls = tls;
 		c->heartbeat = heartbeat;
@@ -999,7 +1000,7 @@ rmq_start(void *target, OutboxMessage *const *msgs, int n, void *token)
 	{
 		if (c->tried_at != 0 &&
 			!TimestampDifferenceExceeds(c->tried_at, GetCurrentTimestamp(),
-										Max(c->reconnect_ms, AMQP_RECONNECT_MS)))
+										c->reconnect_ms))
 		{
 			rmq_report(c, token, OUTCOME_RETRY, true,
 						c->down_reason[0] ? c->down_reason : "not connected");

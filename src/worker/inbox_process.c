@@ -409,7 +409,7 @@ inbox_run_step(void *arg)
 	run->at = run->from;
 	AfterTriggerSetState(&immediate);
 
-	for (run->at = run->from; run->at < run->to; run->at++)
+	for (; run->at < run->to; run->at++)
 	{
 		InboxMessage *msg = &run->msgs[run->at];
 
@@ -789,13 +789,13 @@ inbox_expire_claims(void *arg)
 	expire->claims = SPI_processed;
 }
 
+static WorkerErrorThrottle expire_messages_errors;
+static WorkerErrorThrottle expire_claims_errors;
+
 /*
  * Delete old processed messages and expired claims, one bounded batch per
  * table.  Returns true when a batch was full (more to delete).
  */
-static WorkerErrorThrottle expire_messages_errors;
-static WorkerErrorThrottle expire_claims_errors;
-
 static bool
 inbox_retention(void)
 {
@@ -803,8 +803,6 @@ inbox_retention(void)
 	Interval   *keep;
 	InboxExpire expire = {NULL, 0, 0};
 	ErrorData  *edata;
-	uint64		nmessages;
-	uint64		nclaims;
 
 	if (keep_secs < outbox_redelivery_window)
 	{
@@ -840,13 +838,11 @@ inbox_retention(void)
 							 "outbox_pg deletion of expired inbox claims",
 							 "Inbox processing continues; the deletion is tried again in "
 							 CppAsString2(INBOX_RETENTION_INTERVAL_MS) " ms.");
-	nmessages = expire.messages;
-	nclaims = expire.claims;
 	WorkerStepCommit();
-	if (nmessages > 0 || nclaims > 0)
+	if (expire.messages > 0 || expire.claims > 0)
 		elog(DEBUG1, "outbox_pg inbox retention deleted " UINT64_FORMAT " messages and " UINT64_FORMAT " claims",
-			 nmessages, nclaims);
-	return nmessages >= INBOX_RETENTION_BATCH || nclaims >= INBOX_RETENTION_BATCH;
+			 expire.messages, expire.claims);
+	return expire.messages >= INBOX_RETENTION_BATCH || expire.claims >= INBOX_RETENTION_BATCH;
 }
 
 /*
