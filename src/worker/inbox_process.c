@@ -27,11 +27,12 @@
  *	1. Lease, in a short transaction: inbox._lease() picks due pending
  *	   messages in received order with FOR UPDATE SKIP LOCKED, counts the
  *	   attempt and pushes next_attempt_at out by outbox.lease_margin, then
- *	   commits.  Counting the attempt before the handler runs means a
- *	   message whose handler kills the worker process still runs out of
- *	   attempts instead of crash-looping the server: leased beyond its
- *	   handler's max_attempts, it is dead-lettered without running the
- *	   handler again (inbox_run_batch).
+ *	   commits and flushes that commit to disk.  Counting the attempt
+ *	   before the handler runs means a message whose handler kills the
+ *	   worker process, or crashes the server, still runs out of attempts
+ *	   instead of crash-looping the server: leased beyond its handler's
+ *	   max_attempts, it is dead-lettered without running the handler again
+ *	   (inbox_run_batch).
  *	2. Process, in one transaction: lock the leased rows again (FOR
  *	   UPDATE, and only if their attempt count is still the leased one, so
  *	   a lease that ran out and was taken by another worker is left to that
@@ -118,6 +119,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -579,6 +581,16 @@ inbox_lease(Datum **ids, Datum **attempts)
 		(*attempts)[i] = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
 	}
 	WorkerStepCommit();
+
+	/*
+	 * The counted attempts reach the disk before any handler runs.  The
+	 * relay commits asynchronously, and the WAL writer writes such a commit
+	 * out within wal_writer_delay: a handler that crashed the server sooner
+	 * took its lease with it, the message looked new after the restart, and
+	 * the server crash-looped for ever (test/t/004).  One flush per batch.
+	 */
+	if (nleased > 0)
+		XLogFlush(XactLastCommitEnd);
 	return nleased;
 }
 

@@ -107,6 +107,52 @@ ok($node->poll_query_until('postgres', q{SELECT count(*) = 20 FROM outbox.events
 	'after CREATE EXTENSION the first emit() brings a relay back and events flow');
 zero_lost('re-created extension', @ids);
 
+# An inbox handler that crashes the server (here: its worker killed with
+# SIGKILL while it runs), again at every attempt.  The lease counts the
+# attempt before the handler runs; that count must survive the crash, or
+# the message looks new after every restart and crash-loops the server for
+# ever.  The relay commits asynchronously, and the WAL writer writes such
+# commits out every wal_writer_delay: 10 s here, so only a lease the relay
+# flushed itself survives a kill a moment after it.
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET wal_writer_delay = '10s';
+	SELECT pg_reload_conf();
+	CREATE FUNCTION public.crash_me(m inbox.messages) RETURNS void
+	LANGUAGE sql AS $$ SELECT pg_sleep(60) $$;
+	SELECT inbox.register_handler('crash.*', 'public.crash_me(inbox.messages)', max_attempts => 2);
+	SELECT inbox.receive('crash-1', 'crash.now', '{}');
+});
+my $crash_status = sub {
+	my ($rc, $out) = $node->psql('postgres', q{
+		SELECT status || ' ' || attempts FROM inbox.messages WHERE id = 'crash-1'});
+	return $rc == 0 ? $out : '';
+};
+my $kills = 0;
+while ($kills < 4)
+{
+	my $pid;
+	last unless wait_until(sub {
+		my ($rc, $out) = $node->psql('postgres', q{
+			SELECT pid FROM pg_stat_activity
+			WHERE backend_type = 'outbox_pg relay' AND wait_event = 'PgSleep'});
+		$pid = $out if $rc == 0 && $out ne '';
+		return defined $pid || $crash_status->() =~ /^dead/;
+	}, 60);
+	last unless defined $pid;
+	kill 'KILL', $pid;
+	$kills++;
+	note("killed relay $pid in the inbox handler, kill $kills");
+	wait_until(sub { !kill(0, $pid) }, 10);
+}
+is($kills, 2, 'a handler that crashes the server runs max_attempts times');
+ok(wait_until(sub { $crash_status->() eq 'dead 3' }, 30),
+	'then its message is dead-lettered: the counted attempts survived the crashes');
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM RESET wal_writer_delay;
+	SELECT pg_reload_conf();
+	SELECT inbox.unregister_handler('crash.*');
+});
+
 ok(!$node->log_contains('terminated by signal 11'), 'no worker crashed');
 
 $node->stop;
