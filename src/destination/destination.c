@@ -42,6 +42,16 @@ static const DestinationRoutine *const routines[] =
 #undef DESTINATION_KIND
 };
 
+/* Set by a kind whose client was lost for good; cleared by delivery.c. */
+bool		destination_reload_wanted = false;
+
+/* A client can never deliver again: load the destinations again soon. */
+void
+DestinationReloadWanted(void)
+{
+	destination_reload_wanted = true;
+}
+
 /* "webhook, sns, sqs, rabbitmq": for hints. */
 static const char *
 destination_kind_list(void)

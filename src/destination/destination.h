@@ -101,6 +101,11 @@
  *	- DestinationConfig.timeout_ms is the destination's timeout: a client
  *	  must complete every message it took within it (kafka.c sets
  *	  message.timeout.ms to it), so completions come within the lease.
+ *	- A client that can never deliver again (librdkafka's fatal error)
+ *	  calls DestinationReloadWanted(): the relay loads its destinations
+ *	  again at its next lease step, where load makes a new client; the old
+ *	  one is polled until its messages completed, as after a change of the
+ *	  configuration.
  */
 
 /*
@@ -260,6 +265,8 @@ DeliveryResultSet(DeliveryResult *result, DeliveryOutcome outcome,
 
 /* destination.c */
 extern const DestinationRoutine *GetDestinationRoutine(const char *kind);
+extern bool destination_reload_wanted;
+extern void DestinationReloadWanted(void);
 extern bool DestinationClassify(const DestinationRoutine *routine,
 								void *target, const HttpRequest *req,
 								OutboxMessage *const *msgs, int n,

@@ -32,8 +32,12 @@
  * the producer, and a changed configuration makes a new producer while
  * the old one lives on until the last target using it (its events still
  * in flight) is gone.  A producer that raised a fatal error (idempotence
- * lost) is not found again: the next load, at most outbox.poll_interval
- * or 10 s later, makes a new one.
+ * lost; librdkafka refuses every later produce) is logged and not found
+ * again: kafka_poll() asks the relay to load its destinations again
+ * (DestinationReloadWanted), and that load, at the next lease step, makes
+ * a new one.  Until 0.4 the next load came with the configuration cache's
+ * safety net, 10 s or more later (minutes with thousands of
+ * destinations), and every retry meanwhile failed at once.
  *
  * Threads.  librdkafka's own threads never run our code, except the
  * connect callback, which checks the address against the producer's own
@@ -133,6 +137,7 @@ typedef struct KafkaProducer
 	int			users;			/* targets pointing at it */
 	int			outstanding;	/* produced, not yet handed to delivery */
 	bool		fatal;			/* raised a fatal error: not found again */
+	bool		fatal_logged;	/* ... and it was logged, a reload asked for */
 	KafkaReport *reports;		/* completed, not yet handed to delivery */
 	int			nreports;
 	int			capacity;		/* >= outstanding: callbacks never allocate */
@@ -980,6 +985,19 @@ kafka_poll(void *target, void **tokens, DeliveryResult **results,
 	kafka_check_silence(p);
 	if (p->fatal && p->last_error[0] == '\0')
 		strlcpy(p->last_error, "fatal error", sizeof(p->last_error));
+	if (p->fatal && !p->fatal_logged)
+	{
+		char		fatal[KAFKA_ERROR_SIZE];
+		rd_kafka_resp_err_t err = rd_kafka_fatal_error(p->rk, fatal, sizeof(fatal));
+
+		ereport(LOG,
+				(errmsg("outbox_pg destination \"%s\": its Kafka producer raised a fatal error: %s: %s",
+						p->name, rd_kafka_err2name(err),
+						err != RD_KAFKA_RESP_ERR_NO_ERROR ? fatal : p->last_error),
+				 errdetail("A new producer takes over at the relay's next lease step; the messages the old one had taken are retried.")));
+		p->fatal_logged = true;
+		DestinationReloadWanted();
+	}
 	if (p->log_line[0] != '\0')
 	{
 		ereport(LOG,

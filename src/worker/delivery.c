@@ -31,7 +31,8 @@
  *	  (wake.c), so a change takes effect at the next lease step, well
  *	  within one poll; (2) the relay's previous step was skipped (extension
  *	  being updated, dropped or of another version: relay.c), or it reread
- *	  the server configuration; (3) as a safety net, when the cache is
+ *	  the server configuration, or a kind's client was lost for good
+ *	  (DestinationReloadWanted: Kafka's fatal error); (3) as a safety net, when the cache is
  *	  older than outbox.poll_interval, CONFIG_RELOAD_MIN_MS and
  *	  CONFIG_RELOAD_FACTOR times what the last load took, whichever is
  *	  longest.  The safety net covers the changes no commit of ours
@@ -815,8 +816,10 @@ DeliveryCheckConfig(void)
 		config_valid = false;
 		sweep_on_reload = true;
 	}
-	else if (GetCurrentTimestamp() - config_loaded_at >= max_age_ms * 1000)
+	else if (GetCurrentTimestamp() - config_loaded_at >= max_age_ms * 1000 ||
+			 destination_reload_wanted)
 		config_valid = false;
+	destination_reload_wanted = false;
 	config_seen_generation = generation;
 }
 

@@ -12,6 +12,8 @@
  *
  *	produce_errors COUNT CODE	the next COUNT Produce requests fail with
  *								the Kafka error CODE
+ *	request_errors API COUNT CODE	the same for the requests of API key API
+ *								(22: InitProducerId)
  *	topic_error TOPIC CODE		metadata reports CODE for TOPIC (0: none)
  *	down						the broker goes down (connections closed,
  *								new ones refused)
@@ -58,6 +60,7 @@ main(int argc, char **argv)
 	FILE	   *state;
 	FILE	   *cmds;
 	int			n = 0;
+	int			api;
 
 	if (argc != 4)
 	{
@@ -116,13 +119,16 @@ main(int argc, char **argv)
 		bool		ok = true;
 
 		n++;
-		if (sscanf(line, "produce_errors %d %d", &a, &b) == 2 && a > 0 && a <= MAX_ERRORS)
+		api = PRODUCE_API_KEY;
+		if ((sscanf(line, "produce_errors %d %d", &a, &b) == 2 ||
+			 sscanf(line, "request_errors %d %d %d", &api, &a, &b) == 3) &&
+			a > 0 && a <= MAX_ERRORS)
 		{
 			rd_kafka_resp_err_t errs[MAX_ERRORS];
 
 			for (int i = 0; i < a; i++)
 				errs[i] = (rd_kafka_resp_err_t) b;
-			rd_kafka_mock_push_request_errors_array(mc, PRODUCE_API_KEY, a, errs);
+			rd_kafka_mock_push_request_errors_array(mc, api, a, errs);
 		}
 		else if (sscanf(line, "topic_error %511s %d", arg, &b) == 2)
 			rd_kafka_mock_topic_set_error(mc, arg, (rd_kafka_resp_err_t) b);

@@ -117,6 +117,26 @@ ok($node->poll_query_until('postgres',
 	'after injected retriable errors, every event is published');
 zero_lost('injected errors', 'orders', @ids);
 
+# 2b. a fatal error (the producer fenced: its InitProducerId answered
+# INVALID_PRODUCER_EPOCH; librdkafka refuses every produce after it): a new
+# producer takes over at the next lease step, not at the next reload of the
+# configuration (10 s here, minutes with many destinations)
+my $log_offset = -s $node->logfile;
+ok(kafka_command($k, 'request_errors 22 1 47'), 'the next InitProducerId answers INVALID_PRODUCER_EPOCH');
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, kind, url, timeout_ms, backoff_base_ms, backoff_max_ms, options) VALUES
+		('kafka_fenced', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "orders"}')});
+@ids = emit_events($node, 'order.fatal', 'kafka_fenced', 10);
+ok($node->wait_for_log(qr/destination "kafka_fenced": its Kafka producer raised a fatal error: _FENCED: Producer fenced/,
+	$log_offset), 'the fatal error is logged');
+my $fatal_at = Time::HiRes::time();
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 10 FROM outbox.events WHERE type = 'order.fatal' AND status = 'published'}),
+	'a new producer publishes every event');
+my $fatal_s = Time::HiRes::time() - $fatal_at;
+cmp_ok($fatal_s, '<', 5, sprintf('... %.1f s after the fatal error', $fatal_s));
+zero_lost('fatal error', 'orders', @ids);
+
 # 3. permanent errors: a message too large is dead-lettered at once, a
 # topic the producer is not authorized for is reported and retried
 $node->safe_psql('postgres', q{
