@@ -75,6 +75,9 @@
  *	  connection, a missed heartbeat: every unconfirmed publish is
  *	  retried (some may have arrived: at-least-once), the destination
  *	  failed, and the next start() connects again;
+ *	- no confirm within the destination's timeout_ms for the oldest
+ *	  unconfirmed publish (rmq_check_confirms): the same as a lost
+ *	  connection;
  *	- connection.blocked: nothing more is published until
  *	  connection.unblocked, and what is unconfirmed is retried at once
  *	  (the broker confirms nothing while it does not read; a worker
@@ -160,6 +163,7 @@ typedef struct AmqpPending
 {
 	uint64		tag;
 	void	   *token;			/* NULL: completed out of order */
+	TimestampTz published_at;
 	bool		returned;		/* basic.return came for it */
 	char		message_id[40];
 } AmqpPending;
@@ -1100,6 +1104,7 @@ rmq_start(void *target, OutboxMessage *const *msgs, int n, void *token)
 	c->ring_count++;
 	p->tag = c->next_tag++;
 	p->token = token;
+	p->published_at = GetCurrentTimestamp();
 	p->returned = false;
 	strlcpy(p->message_id, msg->id, sizeof(p->message_id));
 	return 1;
@@ -1247,6 +1252,36 @@ rmq_frame(AmqpClient *c, const amqp_frame_t *frame)
  * Read every frame there is, then hand over up to max completed messages:
  * one group (one message) each.  Never blocks.
  */
+/*
+ * Every publish is confirmed within the destination's timeout, or the
+ * connection is closed and what it did not confirm is retried: a broker
+ * that reads and answers heartbeats but confirms nothing (a queue that
+ * lost its quorum, a stopped node whose kernel still takes the bytes with
+ * heartbeats off) held its publishes in flight for as long as the
+ * connection lived, and with them the window and the events' leases; at
+ * SIGTERM nothing was confirmed to wait for.  Checked after the frames
+ * already there are read, so a confirm that came while the relay was busy
+ * counts.  While blocked, nothing is unconfirmed (see the file header).
+ */
+static void
+rmq_check_confirms(AmqpClient *c)
+{
+	AmqpPending *oldest;
+	char		text[AMQP_TEXT_SIZE];
+
+	rmq_ring_trim(c);
+	if (c->conn == NULL || c->ring_count == 0)
+		return;
+	oldest = &c->ring[c->ring_head];
+	if (!TimestampDifferenceExceeds(oldest->published_at, GetCurrentTimestamp(),
+									c->timeout_ms))
+		return;
+	snprintf(text, sizeof(text),
+			 "no confirm from the broker within %d ms (timeout_ms): connection closed, unconfirmed publishes retried",
+			 c->timeout_ms);
+	rmq_disconnect(c, text);
+}
+
 static int
 rmq_poll(void *target, void **tokens, DeliveryResult **results,
 		  bool *destination_failed, int max)
@@ -1279,6 +1314,7 @@ rmq_poll(void *target, void **tokens, DeliveryResult **results,
 		if (!rmq_frame(c, &frame))
 			break;
 	}
+	rmq_check_confirms(c);
 
 	k = Min(max, c->nreports);
 	for (int i = 0; i < k; i++)

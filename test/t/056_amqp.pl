@@ -356,6 +356,45 @@ kill 'KILL', $listener;
 waitpid($listener, 0);
 close($silent);
 
+# 9. a broker that takes the publishes and confirms nothing (here: its
+# process stopped with SIGSTOP, heartbeats off, so the kernel still takes
+# the bytes and nothing else notices): each publish is confirmed within the
+# destination's timeout or the connection is closed and the event retried.
+# Unconfirmed publishes stayed in flight for as long as the connection
+# lived, with no error recorded.
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, kind, url, credentials, timeout_ms, max_concurrency,
+	                                 backoff_base_ms, backoff_max_ms, options)
+	VALUES ('amqp_stalled', 'amqp', '$url', 'rmq', 2000, 64, 100, 1000,
+	        '{"exchange": "events", "heartbeat": 0, "circuit_threshold": 0}')});
+my $first = $node->safe_psql('postgres',
+	q{SELECT outbox.emit('payment.stalled', 'acct-s', '{}', destination => 'amqp_stalled')});
+ok($node->poll_query_until('postgres', "SELECT status = 'published' FROM outbox.events WHERE id = '$first'"),
+	'the connection is up');
+my $beam = slurp_file("$rmq->{base}/rabbitmq.pid");
+chomp $beam;
+# the broker goes on with the test, also when it dies half-way
+END { kill 'CONT', $beam if $beam; }
+kill 'STOP', $beam;
+note("broker process $beam stopped");
+$node->safe_psql('postgres', q{
+	SELECT outbox.emit('payment.stalled', 'acct-s' || g, '{}', destination => 'amqp_stalled')
+	  FROM generate_series(1, 5) g});
+my $stalled_error = '';
+ok(wait_until(sub {
+	$stalled_error = $node->safe_psql('postgres', q{
+		SELECT coalesce(min(last_error), '') FROM outbox.events
+		 WHERE type = 'payment.stalled' AND status = 'pending'});
+	return $stalled_error =~ /^no confirm from the broker within 2000 ms/;
+}, 20), 'publishes the broker does not confirm fail after the timeout')
+  or diag("last_error: $stalled_error");
+is(count_status('amqp_stalled', 'published'), '1', 'none of them is marked published');
+kill 'CONT', $beam;
+note('broker process continued');
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 6 FROM outbox.events WHERE type = 'payment.stalled' AND status = 'published'}),
+	'once the broker confirms again, they are published');
+
 $node->stop;
 finish_rabbitmq($rmq);
 done_testing();
