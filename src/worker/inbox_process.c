@@ -365,12 +365,13 @@ inbox_call_handler(InboxMessage *msg, Oid messages_type)
 
 	/* on error, the subtransaction's abort restores both; see below */
 	if (outbox_inbox_handler_timeout > 0)
-		disable_timeout(STATEMENT_TIMEOUT, false);
+		disable_timeout(STATEMENT_TIMEOUT, true);
 
 	/*
 	 * A timeout that fired just as the handler returned left a cancel
 	 * pending: take it here, while this message is the one being run, where
-	 * it fails this message and not the next one.
+	 * it fails this message and not the next one (with the timeout's
+	 * message: the indicator was kept).
 	 */
 	CHECK_FOR_INTERRUPTS();
 	AtEOXact_GUC(false, save_nestlevel);
@@ -464,9 +465,19 @@ inbox_run_range(InboxRun *base, int from, int to)
 		if (WorkerRunInSubtransaction(inbox_run_step, &run, &edata))
 			return;
 
-		/* the rollback restored the user and the settings, not the timer */
+		/*
+		 * The rollback restored the user and the settings, not the timer.
+		 * A timeout that fired while the handler was failing of something
+		 * else left its cancel pending (the indicator says so once the
+		 * timer is off): it belongs to this message, and taken later it
+		 * failed the next one.
+		 */
 		if (outbox_inbox_handler_timeout > 0)
-			disable_timeout(STATEMENT_TIMEOUT, false);
+		{
+			disable_timeout(STATEMENT_TIMEOUT, true);
+			if (get_timeout_indicator(STATEMENT_TIMEOUT, true))
+				QueryCancelPending = false;
+		}
 		MemoryContextSwitchTo(oldcxt);
 		MemoryContextReset(base->msgcxt);
 		msg = &base->msgs[run.at];
