@@ -198,7 +198,11 @@ emit_log_slot(const OutboxConfig **cfg)
  * none), but the destination is routed by type when NULL and an ordered
  * destination's aggregate lock is taken.  A missing id is generated;
  * only pending rows are accepted.  The row returned (RETURNING) carries
- * the id.
+ * the id.  Two checks do apply, for what the relay must be able to send:
+ * per-event headers are checked as emit() checks them (a header line
+ * with a line break, or a Content-Length of the row's own, split the
+ * request on the wire, and the receiver's next answer acknowledged
+ * another event), and created_at must be finite (the message's time).
  */
 Datum
 outbox__events_insert(PG_FUNCTION_ARGS)
@@ -279,6 +283,13 @@ outbox__events_insert(PG_FUNCTION_ARGS)
 		ev_values[EV_CREATED_AT - 1] = TimestampTzGetDatum(now);
 		ev_nulls[EV_CREATED_AT - 1] = false;
 	}
+	else if (TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(ev_values[EV_CREATED_AT - 1])))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("created_at of an event must be a finite time"),
+				 errhint("Leave created_at out: it defaults to the transaction's start.")));
+	if (!ev_nulls[EV_HEADERS - 1])
+		OutboxCheckHeaders(ev_values[EV_HEADERS - 1]);
 
 	memset(nulls, true, sizeof(nulls));
 #define COPY_COL(logcol, evcol) \

@@ -61,8 +61,11 @@ CloudEventAppendJson(StringInfo buf, const OutboxMessage *msg,
 		appendStringInfoString(buf, ",\"subject\":");
 		escape_json(buf, msg->aggregate_id);
 	}
-	appendStringInfoString(buf, ",\"time\":");
-	escape_json(buf, msg->time);
+	if (msg->time)				/* NULL: an infinite created_at */
+	{
+		appendStringInfoString(buf, ",\"time\":");
+		escape_json(buf, msg->time);
+	}
 	if (msg->traceparent)
 	{
 		appendStringInfoString(buf, ",\"traceparent\":");

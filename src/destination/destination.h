@@ -186,7 +186,9 @@ typedef struct OutboxMessage
 	const char *aggregate_id;	/* NULL if none */
 	const char *payload;		/* JSON text */
 	const char *traceparent;	/* NULL if none */
-	const char *time;			/* RFC 3339, UTC */
+	const char *time;			/* RFC 3339, UTC; NULL for an infinite
+								 * created_at (rows written around the
+								 * insert trigger) */
 	const char *destination;
 	int			nheaders;
 	OutboxHeader *headers;		/* per-event headers, in the object's order */

@@ -159,7 +159,7 @@ webhook_structured(const WebhookTarget *t, const OutboxMessage *ev)
 		return false;
 	return ce_needs_encoding(ev->type) || ce_needs_encoding(t->source) ||
 		(ev->aggregate_id && ce_needs_encoding(ev->aggregate_id)) ||
-		ce_needs_encoding(ev->id) || ce_needs_encoding(ev->time) ||
+		ce_needs_encoding(ev->id) || (ev->time && ce_needs_encoding(ev->time)) ||
 		(ev->traceparent && ce_needs_encoding(ev->traceparent));
 }
 
@@ -301,7 +301,10 @@ append_array_event(StringInfo buf, const OutboxMessage *ev)
 	else
 		appendStringInfoString(buf, "null");
 	appendStringInfoString(buf, ",\"time\":");
-	escape_json(buf, ev->time);
+	if (ev->time)
+		escape_json(buf, ev->time);
+	else
+		appendStringInfoString(buf, "null");	/* an infinite created_at */
 	appendStringInfoString(buf, ",\"traceparent\":");
 	if (ev->traceparent)
 		escape_json(buf, ev->traceparent);
@@ -486,7 +489,8 @@ webhook_build_request(void *target, OutboxMessage *const *msgs, int n,
 		add_ce_header(req, "ce-source", t->source);
 		if (ev->aggregate_id)
 			add_ce_header(req, "ce-subject", ev->aggregate_id);
-		add_ce_header(req, "ce-time", ev->time);
+		if (ev->time)
+			add_ce_header(req, "ce-time", ev->time);
 		if (ev->traceparent)
 			add_ce_header(req, "ce-traceparent", ev->traceparent);
 	}

@@ -17,6 +17,15 @@ SELECT l.type, l.xid = pg_current_xact_id() AS own_xid, l.not_before IS NOT NULL
   FROM outbox.log AS l WHERE l.type LIKE 'ret.%' ORDER BY l.type;
 SELECT try($$INSERT INTO outbox.events (type, payload, destination, status)
              VALUES ('ret.old', '{}', 'ret', 'published')$$);
+-- what the relay must be able to send: per-event headers are checked as
+-- emit() checks them (a line break or a Content-Length of their own split
+-- the request on the wire), and created_at is a finite time
+SELECT try($$INSERT INTO outbox.events (type, payload, destination, headers)
+             VALUES ('ret.split', '{}', 'ret', '{"X-A": "1\r\nX-B: 2"}')$$);
+SELECT try($$INSERT INTO outbox.events (type, payload, destination, headers)
+             VALUES ('ret.length', '{}', 'ret', '{"Content-Length": "0"}')$$);
+SELECT try($$INSERT INTO outbox.events (type, payload, destination, created_at)
+             VALUES ('ret.forever', '{}', 'ret', 'infinity')$$);
 SELECT try($$UPDATE outbox.events SET status = 'published' WHERE type LIKE 'ret.%'$$);
 SELECT try($$DELETE FROM outbox.events WHERE type LIKE 'ret.%'$$);
 -- the inserted row is claimed like an emitted one; the deferred one waits
