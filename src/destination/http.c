@@ -458,6 +458,15 @@ http_configure(CURL *easy, HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, req->error);
 	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+
+	/*
+	 * A request that ends while its name is still being resolved leaves
+	 * the resolver's thread to finish alone: without this, its cleanup
+	 * waited for getaddrinfo(), and a DNS server that is down held the
+	 * relay and every destination with it for the lookup's whole time,
+	 * again at every retry (test/t/074).
+	 */
+	curl_easy_setopt(easy, CURLOPT_QUICK_EXIT, 1L);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
