@@ -158,7 +158,9 @@ launcher_list_databases(int *count)
 	{
 		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
 
-		if (!db->datallowconn || db->datistemplate)
+		/* an invalid one is what an interrupted DROP DATABASE leaves */
+		if (!db->datallowconn || db->datistemplate ||
+			database_is_invalid_form(db))
 			continue;
 		if (!database_is_wanted(NameStr(db->datname), names, all))
 			continue;
@@ -204,6 +206,14 @@ launcher_start_relay(int i, LauncherDatabase *db, int worker_number)
 	slot->state = RELAY_STARTING;
 	slot->pid = 0;
 	slot->procno = -1;
+
+	/*
+	 * The relay sets it again once connected.  Set here too, so that one
+	 * that never connects (its database cannot be entered) counts as a
+	 * quick failure and backs off; with the last run's time it was
+	 * restarted every 0.5 s for ever.
+	 */
+	slot->started_at = GetCurrentTimestamp();
 	LWLockRelease(outbox_shared->lock);
 
 	memset(&bgw, 0, sizeof(bgw));
@@ -288,7 +298,8 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 																250 << failures[i]);
 			}
 		}
-		if (slot->dboid == wanted)
+		/* a commit's request ends a wait for the extension, not a backoff */
+		if (slot->dboid == wanted && failures[i] == 0)
 			slot->retry_after = 0;
 		if (!keep)
 		{
@@ -322,7 +333,7 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 			{
 				RelaySlot  *slot = &outbox_shared->slots[found];
 
-				if (dbs[d].oid == wanted)
+				if (dbs[d].oid == wanted && failures[found] == 0)
 					slot->retry_after = 0;
 				if (!slot_is_running(found) && slot->retry_after <= now)
 					launcher_start_relay(found, &dbs[d], w);

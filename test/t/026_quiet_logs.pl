@@ -95,6 +95,20 @@ is(db_lines('is exiting: the extension is not installed'), 2,
 	'DROP EXTENSION is logged once');
 is(db_lines('.'), 4, 'and nothing else names the database');
 
+# A database left invalid by an interrupted DROP DATABASE cannot be
+# entered: the launcher leaves it alone.  It started a relay for it every
+# 0.5 s, for ever, each one failing to connect.
+$node->safe_psql('postgres', q{
+	CREATE DATABASE broken;
+	UPDATE pg_database SET datconnlimit = -2 WHERE datname = 'broken'});
+my $invalid_from = -s $node->logfile;
+sleep 8;
+my $invalid_log = substr(slurp_file($node->logfile), $invalid_from);
+my $invalid_tries = () = $invalid_log =~ /cannot connect to invalid database "broken"/g;
+is($invalid_tries, 0, 'no relay is started for an invalid database')
+  or diag("$invalid_tries failed starts in 8 s");
+$node->safe_psql('postgres', 'DROP DATABASE broken');
+
 ok(!$node->log_contains('terminated by signal'), 'no worker crashed');
 $node->stop;
 stop_sink($sink);
