@@ -42,14 +42,20 @@ static const DestinationRoutine *const routines[] =
 #undef DESTINATION_KIND
 };
 
-/* Set by a kind whose client was lost for good; cleared by delivery.c. */
-bool		destination_reload_wanted = false;
+/*
+ * When a kind whose client was lost for good wants the destinations loaded
+ * again (0: not wanted); delivery.c clears it when it loads them.
+ */
+TimestampTz destination_reload_at = 0;
 
-/* A client can never deliver again: load the destinations again soon. */
+/* A client can never deliver again: load the destinations again after_ms. */
 void
-DestinationReloadWanted(void)
+DestinationReloadWanted(int after_ms)
 {
-	destination_reload_wanted = true;
+	TimestampTz at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), after_ms);
+
+	if (destination_reload_at == 0 || at < destination_reload_at)
+		destination_reload_at = at;
 }
 
 /* "webhook, sns, sqs, rabbitmq": for hints. */

@@ -102,8 +102,9 @@
  *	  must complete every message it took within it (kafka.c sets
  *	  message.timeout.ms to it), so completions come within the lease.
  *	- A client that can never deliver again (librdkafka's fatal error)
- *	  calls DestinationReloadWanted(): the relay loads its destinations
- *	  again at its next lease step, where load makes a new client; the old
+ *	  calls DestinationReloadWanted(after_ms): the relay loads its
+ *	  destinations again at its first lease step after that delay, and at
+ *	  most once a second that way, where load makes a new client; the old
  *	  one is polled until its messages completed, as after a change of the
  *	  configuration.
  */
@@ -267,8 +268,8 @@ DeliveryResultSet(DeliveryResult *result, DeliveryOutcome outcome,
 
 /* destination.c */
 extern const DestinationRoutine *GetDestinationRoutine(const char *kind);
-extern bool destination_reload_wanted;
-extern void DestinationReloadWanted(void);
+extern TimestampTz destination_reload_at;
+extern void DestinationReloadWanted(int after_ms);
 extern bool DestinationClassify(const DestinationRoutine *routine,
 								void *target, const HttpRequest *req,
 								OutboxMessage *const *msgs, int n,

@@ -35,7 +35,8 @@
  * lost; librdkafka refuses every later produce) is logged and not found
  * again: kafka_poll() asks the relay to load its destinations again
  * (DestinationReloadWanted), and that load, at the next lease step, makes
- * a new one.  Until 0.4 the next load came with the configuration cache's
+ * a new one; after 1 s, 2 s, ... up to a minute when producers keep going
+ * fatal.  Until 0.4 the next load came with the configuration cache's
  * safety net, 10 s or more later (minutes with thousands of
  * destinations), and every retry meanwhile failed at once.
  *
@@ -112,6 +113,7 @@
 #define KAFKA_ERROR_SIZE		256
 #define KAFKA_LOG_INTERVAL_MS	60000
 #define KAFKA_DEFAULT_MAX_BYTES 1000000
+#define KAFKA_FATAL_DELAY_MAX_MS	60000	/* replacing producers that keep failing */
 
 /* One delivery report, or an immediate failure of a produce. */
 typedef struct KafkaReport
@@ -222,6 +224,10 @@ static pthread_t relay_thread;
 static bool relay_thread_known = false;
 
 static bool kafka_in_relay_thread(void);
+
+/* fatal errors in a row, each within twice the longest delay of the last */
+static int	kafka_fatal_streak = 0;
+static TimestampTz kafka_fatal_at = 0;
 
 /* ---- parsing the url ---- */
 
@@ -989,14 +995,32 @@ kafka_poll(void *target, void **tokens, DeliveryResult **results,
 	{
 		char		fatal[KAFKA_ERROR_SIZE];
 		rd_kafka_resp_err_t err = rd_kafka_fatal_error(p->rk, fatal, sizeof(fatal));
+		TimestampTz now = GetCurrentTimestamp();
+		int			after_ms = 0;
 
+		/*
+		 * A producer that goes fatal again soon after the last one (a
+		 * cluster that refuses idempotence for good: its authorization, its
+		 * version) is replaced after 1 s, then 2, 4 ... up to a minute: each
+		 * replacement reloads every destination and starts a librdkafka
+		 * instance.
+		 */
+		if (kafka_fatal_at != 0 &&
+			!TimestampDifferenceExceeds(kafka_fatal_at, now, 2 * KAFKA_FATAL_DELAY_MAX_MS))
+			kafka_fatal_streak = Min(kafka_fatal_streak + 1, 7);
+		else
+			kafka_fatal_streak = 0;
+		kafka_fatal_at = now;
+		if (kafka_fatal_streak > 0)
+			after_ms = Min(1000 << (kafka_fatal_streak - 1), KAFKA_FATAL_DELAY_MAX_MS);
 		ereport(LOG,
 				(errmsg("outbox_pg destination \"%s\": its Kafka producer raised a fatal error: %s: %s",
 						p->name, rd_kafka_err2name(err),
 						err != RD_KAFKA_RESP_ERR_NO_ERROR ? fatal : p->last_error),
-				 errdetail("A new producer takes over at the relay's next lease step; the messages the old one had taken are retried.")));
+				 errdetail("A new producer takes over at the relay's first lease step after %d ms; the messages the old one had taken are retried.",
+						   after_ms)));
 		p->fatal_logged = true;
-		DestinationReloadWanted();
+		DestinationReloadWanted(after_ms);
 	}
 	if (p->log_line[0] != '\0')
 	{

@@ -32,7 +32,8 @@
  *	  within one poll; (2) the relay's previous step was skipped (extension
  *	  being updated, dropped or of another version: relay.c), or it reread
  *	  the server configuration, or a kind's client was lost for good
- *	  (DestinationReloadWanted: Kafka's fatal error); (3) as a safety net, when the cache is
+ *	  (DestinationReloadWanted: Kafka's fatal error; at most once per
+ *	  CONFIG_RELOAD_WANTED_MS); (3) as a safety net, when the cache is
  *	  older than outbox.poll_interval, CONFIG_RELOAD_MIN_MS and
  *	  CONFIG_RELOAD_FACTOR times what the last load took, whichever is
  *	  longest.  The safety net covers the changes no commit of ours
@@ -114,6 +115,7 @@
 #define UNUSABLE_LOG_INTERVAL_MS	60000
 #define CONFIG_RELOAD_MIN_MS	10000	/* the safety net's floor (see above) */
 #define CONFIG_RELOAD_FACTOR	1000	/* ... and its cost's ceiling: 0.1 % */
+#define CONFIG_RELOAD_WANTED_MS	1000	/* a kind's requests: at most this often */
 #define CLAIM_GATHER_MS			2	/* see DeliveryLease() */
 #define CLAIM_LOCKED_MS			5	/* another relay claimed: again after */
 #define SWEEP_COST_FACTOR		200 /* the periodic sweep: 0.5 % of a core */
@@ -808,6 +810,7 @@ DeliveryCheckConfig(void)
 {
 	uint64		generation = pg_atomic_read_u64(&relay_slot->config_generation);
 	int64		max_age_ms;
+	TimestampTz now = GetCurrentTimestamp();
 
 	max_age_ms = Max(Max(outbox_poll_interval, CONFIG_RELOAD_MIN_MS),
 					 CONFIG_RELOAD_FACTOR * config_load_ms);
@@ -816,10 +819,12 @@ DeliveryCheckConfig(void)
 		config_valid = false;
 		sweep_on_reload = true;
 	}
-	else if (GetCurrentTimestamp() - config_loaded_at >= max_age_ms * 1000 ||
-			 destination_reload_wanted)
+	else if (now - config_loaded_at >= max_age_ms * 1000 ||
+			 (destination_reload_at != 0 && now >= destination_reload_at &&
+			  now - config_loaded_at >= (int64) CONFIG_RELOAD_WANTED_MS * 1000))
 		config_valid = false;
-	destination_reload_wanted = false;
+	if (!config_valid)
+		destination_reload_at = 0;	/* this load is the one wanted */
 	config_seen_generation = generation;
 }
 

@@ -51,6 +51,11 @@
 #include "utils/snapmgr.h"
 #include "utils/varlena.h"
 
+/* 15.4 and later mark a database an interrupted DROP DATABASE left */
+#ifndef DATCONNLIMIT_INVALID_DB
+#define DATCONNLIMIT_INVALID_DB		(-2)
+#endif
+
 #include "outbox_pg.h"
 #include "guc.h"
 #include "shmem.h"
@@ -160,7 +165,7 @@ launcher_list_databases(int *count)
 
 		/* an invalid one is what an interrupted DROP DATABASE leaves */
 		if (!db->datallowconn || db->datistemplate ||
-			database_is_invalid_form(db))
+			db->datconnlimit == DATCONNLIMIT_INVALID_DB)
 			continue;
 		if (!database_is_wanted(NameStr(db->datname), names, all))
 			continue;

@@ -99,8 +99,8 @@ is(db_lines('.'), 4, 'and nothing else names the database');
 # entered: the launcher leaves it alone.  It started a relay for it every
 # 0.5 s, for ever, each one failing to connect.
 $node->safe_psql('postgres', q{
-	CREATE DATABASE broken;
-	UPDATE pg_database SET datconnlimit = -2 WHERE datname = 'broken'});
+	CREATE DATABASE broken ALLOW_CONNECTIONS false;
+	UPDATE pg_database SET datconnlimit = -2, datallowconn = true WHERE datname = 'broken'});
 my $invalid_from = -s $node->logfile;
 sleep 8;
 my $invalid_log = substr(slurp_file($node->logfile), $invalid_from);
