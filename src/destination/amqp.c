@@ -1249,10 +1249,6 @@ rmq_frame(AmqpClient *c, const amqp_frame_t *frame)
 }
 
 /*
- * Read every frame there is, then hand over up to max completed messages:
- * one group (one message) each.  Never blocks.
- */
-/*
  * Every publish is confirmed within the destination's timeout, or the
  * connection is closed and what it did not confirm is retried: a broker
  * that reads and answers heartbeats but confirms nothing (a queue that
@@ -1282,6 +1278,10 @@ rmq_check_confirms(AmqpClient *c)
 	rmq_disconnect(c, text);
 }
 
+/*
+ * Read every frame there is, then hand over up to max completed messages:
+ * one group (one message) each.  Never blocks.
+ */
 static int
 rmq_poll(void *target, void **tokens, DeliveryResult **results,
 		  bool *destination_failed, int max)
