@@ -62,6 +62,15 @@
 	((void) (classid), pg_proc_aclcheck((objectid), (roleid), (mode)))
 #endif
 
+/*
+ * 16 replaced the owner checks per catalog (pg_database_ownercheck(), ...)
+ * with object_ownercheck(); only databases are checked here.
+ */
+#if PG_VERSION_NUM < 160000
+#define object_ownercheck(classid, objectid, roleid) \
+	((void) (classid), pg_database_ownercheck((objectid), (roleid)))
+#endif
+
 /* 16 added onlySummarizing (update only the summarizing indexes) */
 #if PG_VERSION_NUM < 160000
 #define ExecInsertIndexTuples(resultRelInfo, slot, estate, update, noDupErr, \

@@ -41,4 +41,5 @@ _PG_init(void)
 
 	OutboxShmemInit();
 	OutboxRegisterLauncher();
+	OutboxDatabaseDdlInit();
 }

@@ -52,6 +52,10 @@ typedef struct RelaySlot
 	TimestampTz started_at;
 	TimestampTz last_cycle_at;
 	TimestampTz retry_after;	/* launcher: do not restart before */
+	TimestampTz held_until;		/* a statement needs dboid without sessions
+								 * (api/database_ddl.c): no relay starts
+								 * before, 0: not held */
+	pid_t		held_by;		/* the backend that holds it */
 	int			in_flight;		/* requests currently in flight */
 	pg_atomic_uint64 published;
 	pg_atomic_uint64 failed;
@@ -100,6 +104,8 @@ typedef struct OutboxShared
 	pid_t		launcher_pid;
 	int			launcher_procno;
 	Oid			launcher_wanted_db; /* a commit found no relay for this db */
+	bool		launcher_relist;	/* a database was dropped: read
+									 * pg_database again now */
 	RelaySlot	slots[OUTBOX_MAX_RELAYS];
 	pg_atomic_uint64 emitted[OUTBOX_EMIT_COUNTERS];	/* see above */
 } OutboxShared;

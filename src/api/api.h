@@ -70,6 +70,9 @@ extern void OutboxLockAggregate(const char *destination,
 /* inbox.c */
 extern Datum inbox_receive(PG_FUNCTION_ARGS);
 
+/* database_ddl.c */
+extern void OutboxDatabaseDdlInit(void);
+
 /* emit.c */
 extern Datum outbox_emit(PG_FUNCTION_ARGS);
 extern Datum OutboxPayloadArg(FunctionCallInfo fcinfo, int argno, bool event);

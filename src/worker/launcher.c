@@ -287,7 +287,11 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 		if (handles[i] != NULL)
 		{
 			handles[i] = NULL;
-			if (slot->state == RELAY_NO_EXTENSION)
+			if (slot->held_until > now)
+			{
+				/* stopped for a statement on its database: no failure */
+			}
+			else if (slot->state == RELAY_NO_EXTENSION)
 			{
 				failures[i] = 0;
 				slot->retry_after = TimestampTzPlusMilliseconds(now,
@@ -340,7 +344,8 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 
 				if (dbs[d].oid == wanted && failures[found] == 0)
 					slot->retry_after = 0;
-				if (!slot_is_running(found) && slot->retry_after <= now)
+				if (!slot_is_running(found) && slot->retry_after <= now &&
+					slot->held_until <= now)
 					launcher_start_relay(found, &dbs[d], w);
 			}
 			else if (free_slot >= 0)
@@ -354,7 +359,8 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
  * relay for a database we have not listed (it is new) — at once the first
  * time, then at most once a second for the same database, so a busy
  * database excluded by outbox.databases costs nothing.  A listed database
- * needs no re-read: reconcile starts its relay.
+ * needs no re-read: reconcile starts its relay.  At once, too, after a
+ * DROP DATABASE that stopped relays (api/database_ddl.c).
  */
 static void
 launcher_refresh_databases(void)
@@ -370,6 +376,12 @@ launcher_refresh_databases(void)
 	for (int d = 0; d < nlisted && wanted_unlisted; d++)
 		if (listed[d].oid == wanted)
 			wanted_unlisted = false;
+	if (outbox_shared->launcher_relist)
+	{
+		/* a database was dropped (api/database_ddl.c) */
+		outbox_shared->launcher_relist = false;
+		last_list = 0;
+	}
 	if (!(wanted_unlisted &&
 		  (wanted != last_list_for ||
 		   TimestampDifferenceExceeds(last_list, now, 1000))) &&

@@ -198,6 +198,13 @@ relay_start(int slot_index)
 
 	BackgroundWorkerInitializeConnectionByOid(relay_slot->dboid, InvalidOid, 0);
 
+	/*
+	 * A statement that needs the database without sessions holds its slots
+	 * (api/database_ddl.c): started just before the hold, leave at once.
+	 */
+	if (relay_slot->held_until > GetCurrentTimestamp())
+		proc_exit(0);
+
 	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
 	relay_slot->pid = MyProcPid;
 	relay_slot->procno = MyProcNumber;
@@ -300,9 +307,10 @@ relay_on_exit(int code, Datum arg)
  * completed or the earliest of their leases ends (after which another
  * relay may send them again anyway).  Interrupts are held meanwhile, so
  * the wait is bounded by the lease, never by the broker; what is
- * unconfirmed then is sent again after its lease.  HTTP requests are not
- * waited for (they are sent again too), but those that complete
- * meanwhile are recorded.  Then the relay dies the way die() has it.
+ * unconfirmed then is sent again after its lease.  A second SIGTERM
+ * ends the wait (api/database_ddl.c sends one after a second).  HTTP
+ * requests are not waited for (they are sent again too), but those that
+ * complete meanwhile are recorded.  Then the relay dies the way die() has it.
  */
 static void
 relay_flush_step(void)
@@ -325,7 +333,8 @@ relay_flush_step(void)
 		long		wait_ms;
 		bool		woken;
 
-		if (now >= deadline)
+		/* a second SIGTERM (die() in relay_sigterm) ends it */
+		if (now >= deadline || ProcDiePending)
 			break;
 		wait_ms = Min(100, (long) ((deadline - now + 999) / 1000));
 		DeliveryWatchNative();
