@@ -70,6 +70,7 @@ typedef struct LauncherDatabase
 static BackgroundWorkerHandle *handles[OUTBOX_MAX_RELAYS];
 static int	failures[OUTBOX_MAX_RELAYS];
 static TimestampTz last_no_slot_warning = 0;
+static TimestampTz last_no_relay_slot_warning = 0;
 
 /* The databases to relay, as last read from pg_database. */
 static LauncherDatabase *listed = NULL;
@@ -231,6 +232,7 @@ launcher_start_relay(int i, LauncherDatabase *db, int worker_number)
 			 worker_number, db->name);
 	strlcpy(bgw.bgw_type, "outbox_pg relay", BGW_MAXLEN);
 	bgw.bgw_main_arg = Int32GetDatum(i);
+	memcpy(bgw.bgw_extra, &db->oid, sizeof(Oid));	/* relay_start() */
 	bgw.bgw_notify_pid = MyProcPid;
 
 	if (!RegisterDynamicBackgroundWorker(&bgw, &handles[i]))
@@ -261,6 +263,8 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	Oid			wanted = outbox_shared->launcher_wanted_db;
+	int			nshort = 0;		/* databases short of a relay slot */
+	const char *short_db = NULL;	/* the first of them */
 
 	outbox_shared->launcher_wanted_db = InvalidOid;
 
@@ -323,6 +327,8 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 	/* start what is missing */
 	for (int d = 0; d < ndbs; d++)
 	{
+		bool		no_slot = false;
+
 		for (int w = 0; w < outbox_workers_per_database; w++)
 		{
 			int			found = -1;
@@ -350,7 +356,29 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 			}
 			else if (free_slot >= 0)
 				launcher_start_relay(free_slot, &dbs[d], w);
+			else
+				no_slot = true;
 		}
+		if (no_slot && nshort++ == 0)
+			short_db = dbs[d].name;
+	}
+
+	/*
+	 * Out of relay slots: a database left without a relay has nobody to
+	 * warn about its events, so the launcher does (once a minute).
+	 */
+	if (nshort > 0 &&
+		TimestampDifferenceExceeds(last_no_relay_slot_warning, now, 60000))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg_plural("outbox_pg has no relay slot left for %d database",
+							   "outbox_pg has no relay slot left for %d databases",
+							   nshort, nshort),
+				 errdetail("All %d relay slots are in use; database \"%s\" has no relay, and its events are not delivered.",
+						   OUTBOX_MAX_RELAYS, short_db),
+				 errhint("Set outbox.databases to the databases that use outbox_pg (every database it names takes outbox.workers_per_database slots, with the extension or not), or lower outbox.workers_per_database.")));
+		last_no_relay_slot_warning = now;
 	}
 }
 

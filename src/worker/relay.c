@@ -144,6 +144,7 @@ static void relay_inbox_step(void);
 static void relay_wait_step(void);
 
 /* what the steps share */
+static bool relay_slot_is_ours(Oid dboid);
 static long relay_wait_time(void);
 static void relay_set_state(RelayState state, const char *activity);
 static void relay_announce(void);
@@ -188,6 +189,8 @@ OutboxRelayMain(Datum main_arg)
 static void
 relay_start(int slot_index)
 {
+	Oid			dboid;
+
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, relay_sigterm);
 	BackgroundWorkerUnblockSignals();
@@ -196,16 +199,32 @@ relay_start(int slot_index)
 		elog(ERROR, "invalid relay slot %d", slot_index);
 	relay_slot = &outbox_shared->slots[slot_index];
 
-	BackgroundWorkerInitializeConnectionByOid(relay_slot->dboid, InvalidOid, 0);
+	/*
+	 * The database the launcher started this relay for.  The slot is the
+	 * launcher's until the relay claims it below: it may have been freed
+	 * (outbox.databases changed) or given to another database since; then
+	 * the relay leaves without touching it.  (Connecting to the slot's
+	 * database of the moment once met a freed slot: no database at all,
+	 * and a crash.)
+	 */
+	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	if (!relay_slot_is_ours(dboid))
+		proc_exit(0);
+
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+
+	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
 
 	/*
 	 * A statement that needs the database without sessions holds its slots
 	 * (api/database_ddl.c): started just before the hold, leave at once.
 	 */
-	if (relay_slot->held_until > GetCurrentTimestamp())
+	if (relay_slot->dboid != dboid || relay_slot->pid != 0 ||
+		relay_slot->held_until > GetCurrentTimestamp())
+	{
+		LWLockRelease(outbox_shared->lock);
 		proc_exit(0);
-
-	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	}
 	relay_slot->pid = MyProcPid;
 	relay_slot->procno = MyProcNumber;
 	relay_slot->started_at = GetCurrentTimestamp();
@@ -262,6 +281,19 @@ relay_start(int slot_index)
 	loop.need_lease = true;
 	loop.need_inbox = true;
 	MemoryContextSwitchTo(relay_cycle_context);
+}
+
+/* Is the slot still the launcher's for this relay (not taken, same database)? */
+static bool
+relay_slot_is_ours(Oid dboid)
+{
+	bool		ours;
+
+	LWLockAcquire(outbox_shared->lock, LW_SHARED);
+	ours = OidIsValid(dboid) && relay_slot->dboid == dboid &&
+		relay_slot->pid == 0;
+	LWLockRelease(outbox_shared->lock);
+	return ours;
 }
 
 /*
