@@ -56,6 +56,8 @@ typedef struct RelaySlot
 								 * (api/database_ddl.c): no relay starts
 								 * before, 0: not held */
 	pid_t		held_by;		/* the backend that holds it */
+	bool		stopped_for_ddl;	/* its relay was stopped for such a
+									 * statement: not a failure */
 	int			in_flight;		/* requests currently in flight */
 	pg_atomic_uint64 published;
 	pg_atomic_uint64 failed;

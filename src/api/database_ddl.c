@@ -21,9 +21,11 @@
  * the statement holds its lock on the database, a relay that starts waits
  * for that lock before it counts as a session.  The hold ends with the
  * statement, whether it succeeded or failed; the relays start again
- * (under the new name, or from the new tablespace).  After a DROP the
- * hold is left to run out, and at commit the launcher is asked to read
- * pg_database again: the database's slots go with it.  A backend that
+ * (under the new name, or from the new tablespace), and a relay stopped
+ * this way does not count as a failure that delays its restart.  After a
+ * DROP the hold is left to run out, and when the transaction ends the
+ * launcher is asked to read pg_database again (after a RENAME too): the
+ * slots go with the database, and their hold with them.  A backend that
  * exits while holding (terminated, say) releases its holds.
  *
  * Only a superuser or the database's owner stops the relays (copying a
@@ -69,7 +71,8 @@
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static bool exit_callback_registered = false;
 static bool xact_callback_registered = false;
-static bool dropped_in_xact = false;
+static Oid	relist_at_end = InvalidOid;	/* dropped or renamed in this
+										 * transaction */
 
 /*
  * The database a statement needs without sessions, by name (NULL if the
@@ -149,7 +152,10 @@ database_ddl_hold(Oid dboid, TimestampTz hold_until, bool signal)
 		{
 			running++;
 			if (signal)
+			{
+				slot->stopped_for_ddl = true;
 				(void) kill(slot->pid, SIGTERM);
+			}
 		}
 	}
 	LWLockRelease(outbox_shared->lock);
@@ -188,16 +194,21 @@ database_ddl_on_exit(int code, Datum arg)
 		database_ddl_wake_launcher(false);
 }
 
-/* After a DROP DATABASE commits, the launcher reads pg_database again. */
+/*
+ * When a transaction that dropped or renamed a database ends, the launcher
+ * reads pg_database again (a dropped database's slots go, a renamed one's
+ * relays get the new name).  A DROP that is rolled back lets its hold go.
+ */
 static void
 database_ddl_xact_callback(XactEvent event, void *arg)
 {
-	if (!dropped_in_xact)
+	if (!OidIsValid(relist_at_end) ||
+		(event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT))
 		return;
-	if (event == XACT_EVENT_COMMIT)
-		database_ddl_wake_launcher(true);
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
-		dropped_in_xact = false;
+	if (event == XACT_EVENT_ABORT)
+		(void) database_ddl_hold(relist_at_end, 0, false);
+	database_ddl_wake_launcher(true);
+	relist_at_end = InvalidOid;
 }
 
 /*
@@ -206,8 +217,10 @@ database_ddl_xact_callback(XactEvent event, void *arg)
  * own wait, and to its error if it does not end.
  */
 static void
-database_ddl_stop_relays(Oid dboid, const char *dbname, const char *what)
+database_ddl_stop_relays(Oid dboid, Node *stmt)
 {
+	const char *what = NULL;
+	const char *dbname = database_ddl_target(stmt, &what);
 	TimestampTz start = GetCurrentTimestamp();
 	TimestampTz signalled = start;
 	TimestampTz hold_until = TimestampTzPlusMilliseconds(start, DDL_HOLD_MS);
@@ -241,63 +254,73 @@ database_ddl_stop_relays(Oid dboid, const char *dbname, const char *what)
 	}
 }
 
+/* The next ProcessUtility: another extension's hook, or the standard one. */
 static void
-database_ddl_process_utility(PlannedStmt *pstmt, const char *queryString,
-							 bool readOnlyTree, ProcessUtilityContext context,
-							 ParamListInfo params, QueryEnvironment *queryEnv,
-							 DestReceiver *dest, QueryCompletion *qc)
+database_ddl_next(PlannedStmt *pstmt, const char *queryString,
+				  bool readOnlyTree, ProcessUtilityContext context,
+				  ParamListInfo params, QueryEnvironment *queryEnv,
+				  DestReceiver *dest, QueryCompletion *qc)
 {
-	const char *what = NULL;
-	const char *dbname = database_ddl_target(pstmt->utilityStmt, &what);
-	Oid			dboid = InvalidOid;
-
-	if (dbname != NULL)
-		dboid = get_database_oid(dbname, true);
-	if (OidIsValid(dboid) && dboid != MyDatabaseId &&
-		database_ddl_allowed(dboid))
-	{
-		database_ddl_stop_relays(dboid, dbname, what);
-		PG_TRY();
-		{
-			if (prev_process_utility)
-				prev_process_utility(pstmt, queryString, readOnlyTree, context,
-									 params, queryEnv, dest, qc);
-			else
-				standard_ProcessUtility(pstmt, queryString, readOnlyTree,
-										context, params, queryEnv, dest, qc);
-		}
-		PG_CATCH();
-		{
-			(void) database_ddl_hold(dboid, 0, false);
-			database_ddl_wake_launcher(false);
-			PG_RE_THROW();
-		}
-		PG_END_TRY();
-
-		if (IsA(pstmt->utilityStmt, DropdbStmt))
-		{
-			/* the hold runs out; at commit the launcher forgets the database */
-			if (!xact_callback_registered)
-			{
-				RegisterXactCallback(database_ddl_xact_callback, NULL);
-				xact_callback_registered = true;
-			}
-			dropped_in_xact = true;
-		}
-		else
-		{
-			(void) database_ddl_hold(dboid, 0, false);
-			database_ddl_wake_launcher(false);
-		}
-		return;
-	}
-
 	if (prev_process_utility)
 		prev_process_utility(pstmt, queryString, readOnlyTree, context,
 							 params, queryEnv, dest, qc);
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree,
 								context, params, queryEnv, dest, qc);
+}
+
+static void
+database_ddl_process_utility(PlannedStmt *pstmt, const char *queryString,
+							 bool readOnlyTree, ProcessUtilityContext context,
+							 ParamListInfo params, QueryEnvironment *queryEnv,
+							 DestReceiver *dest, QueryCompletion *qc)
+{
+	const char *what;
+	const char *dbname = database_ddl_target(pstmt->utilityStmt, &what);
+	Oid			dboid = InvalidOid;
+	bool		drop = IsA(pstmt->utilityStmt, DropdbStmt);
+
+	if (dbname != NULL)
+		dboid = get_database_oid(dbname, true);
+	if (!OidIsValid(dboid) || dboid == MyDatabaseId ||
+		!database_ddl_allowed(dboid))
+	{
+		database_ddl_next(pstmt, queryString, readOnlyTree, context, params,
+						  queryEnv, dest, qc);
+		return;
+	}
+
+	PG_TRY();
+	{
+		/* cancelling the wait for the relays ends the hold too */
+		database_ddl_stop_relays(dboid, pstmt->utilityStmt);
+		database_ddl_next(pstmt, queryString, readOnlyTree, context, params,
+						  queryEnv, dest, qc);
+	}
+	PG_CATCH();
+	{
+		/* a failed DROP may have left the database invalid: read again */
+		(void) database_ddl_hold(dboid, 0, false);
+		database_ddl_wake_launcher(drop);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	/* after a DROP the hold runs out (or goes with the slots) */
+	if (!drop)
+	{
+		(void) database_ddl_hold(dboid, 0, false);
+		database_ddl_wake_launcher(false);
+	}
+	if (drop || IsA(pstmt->utilityStmt, RenameStmt))
+	{
+		if (!xact_callback_registered)
+		{
+			RegisterXactCallback(database_ddl_xact_callback, NULL);
+			xact_callback_registered = true;
+		}
+		relist_at_end = dboid;
+	}
 }
 
 /*

@@ -67,6 +67,13 @@ typedef struct LauncherDatabase
 	char		name[NAMEDATALEN];
 } LauncherDatabase;
 
+/*
+ * The handles of the relays started, in TopMemoryContext: the launcher's
+ * passes run in a context reset after each, where a handle once lived and
+ * was reused by later allocations (two slots came to share one handle, and
+ * the launcher took a stopped relay for running, or a running one for
+ * stopped).
+ */
 static BackgroundWorkerHandle *handles[OUTBOX_MAX_RELAYS];
 static int	failures[OUTBOX_MAX_RELAYS];
 static TimestampTz last_no_slot_warning = 0;
@@ -203,10 +210,18 @@ launcher_start_relay(int i, LauncherDatabase *db, int worker_number)
 {
 	BackgroundWorker bgw;
 	RelaySlot  *slot = &outbox_shared->slots[i];
+	MemoryContext old;
+	bool		registered;
 
 	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
 	if (slot->dboid != db->oid)
+	{
 		slot->absence_logged = false;
+		/* a hold on the database the slot served is not this one's */
+		slot->held_until = 0;
+		slot->held_by = 0;
+	}
+	slot->stopped_for_ddl = false;
 	slot->dboid = db->oid;
 	slot->worker_number = worker_number;
 	slot->state = RELAY_STARTING;
@@ -235,7 +250,10 @@ launcher_start_relay(int i, LauncherDatabase *db, int worker_number)
 	memcpy(bgw.bgw_extra, &db->oid, sizeof(Oid));	/* relay_start() */
 	bgw.bgw_notify_pid = MyProcPid;
 
-	if (!RegisterDynamicBackgroundWorker(&bgw, &handles[i]))
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	registered = RegisterDynamicBackgroundWorker(&bgw, &handles[i]);
+	MemoryContextSwitchTo(old);
+	if (!registered)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 
@@ -290,10 +308,13 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 		/* stopped: note how it ended, then free or schedule a restart */
 		if (handles[i] != NULL)
 		{
+			pfree(handles[i]);
 			handles[i] = NULL;
-			if (slot->held_until > now)
+			if (slot->held_until > now || slot->stopped_for_ddl)
 			{
 				/* stopped for a statement on its database: no failure */
+				slot->stopped_for_ddl = false;
+				slot->retry_after = 0;
 			}
 			else if (slot->state == RELAY_NO_EXTENSION)
 			{
@@ -319,6 +340,9 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 			LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
 			slot->dboid = InvalidOid;
 			slot->state = RELAY_FREE;
+			slot->held_until = 0;
+			slot->held_by = 0;
+			slot->stopped_for_ddl = false;
 			LWLockRelease(outbox_shared->lock);
 			failures[i] = 0;
 		}

@@ -16,6 +16,7 @@ use OutboxTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 use Time::HiRes qw(time);
 
 my $sink = start_sink();
@@ -78,9 +79,46 @@ ok(wait_until(sub { running_relays('app') == 2 }, 20), 'the relays of app come b
 $node->safe_psql('app', q{SELECT outbox.emit('ddl.test', 'b', '{}', destination => 'sink')});
 ok(delivers('app'), 'app delivers after the copy');
 
+# A test suite clones its template again and again: the relays stopped
+# for it come back at once every time (they are not failures that back
+# off: 0.5 s, 1 s, 2 s, 4 s, ... before).
+for my $n (1 .. 5)
+{
+	($ok, $secs, $err) = timed_psql("CREATE DATABASE app_copy_$n TEMPLATE app");
+	ok($ok, "copy $n succeeds") or diag($err);
+	my $t0 = time;
+	wait_until(sub { running_relays('app') == 2 }, 20);
+	my $back = time - $t0;
+	ok($back < 3, sprintf('copy %d: the relays of app are back after %.2f s', $n, $back));
+	# (the copies have the extension: they would take relay slots)
+	$node->safe_psql('postgres', "DROP DATABASE app_copy_$n");
+}
+
+# A RENAME rolled back, after a copy, ten times: the relays come back
+# under the old name every time.  (The launcher kept its relays' handles
+# in memory it reset after each pass; with relays restarted this often,
+# two slots came to share one handle and worker 0 was never restarted.)
+my $stuck = 0;
+for my $n (1 .. 10)
+{
+	$node->safe_psql('postgres', "CREATE DATABASE app_again_$n TEMPLATE app");
+	$node->safe_psql('postgres', q{
+		BEGIN;
+		ALTER DATABASE app RENAME TO app_never;
+		ROLLBACK;
+	});
+	$node->safe_psql('postgres', "DROP DATABASE app_again_$n");
+	next if wait_until(sub { running_relays('app') == 2 }, 5);
+	$stuck = $n;
+	diag($node->safe_psql('postgres', 'SELECT * FROM outbox.workers()'));
+	last;
+}
+is($stuck, 0, 'a rolled-back RENAME leaves the relays to the old name, ten times');
+
 # ALTER DATABASE ... RENAME TO
 ($ok, $secs, $err) = timed_psql('ALTER DATABASE app RENAME TO app_renamed');
 ok($ok, sprintf('ALTER DATABASE app RENAME TO succeeds (%.2f s)', $secs)) or diag($err);
+ok($secs < 5, 'without waiting for the relays to time out');
 ok(wait_until(sub { running_relays('app_renamed') == 2 }, 20),
 	'the relays come back for the renamed database');
 $node->safe_psql('app_renamed', q{SELECT outbox.emit('ddl.test', 'c', '{}', destination => 'sink')});
@@ -91,6 +129,7 @@ my $ts_dir = PostgreSQL::Test::Utils::tempdir_short();
 $node->safe_psql('postgres', "CREATE TABLESPACE ddl_ts LOCATION '$ts_dir'");
 ($ok, $secs, $err) = timed_psql('ALTER DATABASE app_renamed SET TABLESPACE ddl_ts');
 ok($ok, sprintf('ALTER DATABASE ... SET TABLESPACE succeeds (%.2f s)', $secs)) or diag($err);
+ok($secs < 5, 'without waiting for the relays to time out');
 ok(wait_until(sub { running_relays('app_renamed') == 2 }, 20),
 	'the relays come back after the move');
 
@@ -118,6 +157,33 @@ sleep(3);
 my $log = slurp_file($node->logfile, $log_start);
 unlike($log, qr/FATAL:.*database .*does not exist/,
 	'no relay was started for the dropped database');
+
+# DROP and CREATE again in one session, the way a test suite resets its
+# database: the new database's relays start at once (the dropped one's
+# hold does not pass to the slots they reuse).
+make_relayed_database('suite');
+ok(wait_until(sub { running_relays('suite') == 2 }, 20), 'both relays of suite run');
+# The session stays open afterwards (an open session kept the drop's hold
+# on the slots until it ended).
+my $session = IPC::Run::start(
+	[
+		'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'),
+		'-c', 'DROP DATABASE suite',
+		'-c', 'CREATE DATABASE suite TEMPLATE app_copy',
+		'-c', 'SELECT pg_sleep(12)'
+	],
+	'>', \my $session_out, '2>', \my $session_err);
+ok(wait_until(sub {
+	$node->safe_psql('postgres', q{SELECT count(*) FROM pg_database WHERE datname = 'suite'}) eq '1'
+	  && $node->safe_psql('postgres', q{
+		SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(12)'}) eq '1'
+}, 20), 'the session dropped and created the database again and is still open');
+my $t0 = time;
+ok(wait_until(sub { running_relays('suite') == 2 }, 8),
+	'the database created again in the same session gets relays');
+ok(time - $t0 < 5, sprintf('within %.2f s, the session still open', time - $t0));
+$session->finish;
+is($session_err, '', 'the session had no error');
 
 # Copying a database takes its owner (or a superuser) unless it is a
 # template: a role with CREATEDB that does not own it stops nothing.
@@ -149,7 +215,7 @@ ok(delivers('fresh'), 'the new database has relays that deliver');
 $log = slurp_file($node->logfile, $log_start);
 my @stops = ($log =~ /(stopping the outbox_pg relays of database "[^"]+" for [A-Z ]+)/g);
 note(join("\n", @stops));
-ok(scalar(grep { /"app" for CREATE DATABASE/ } @stops) == 1,
+ok(scalar(grep { /"app" for CREATE DATABASE/ } @stops) >= 1,
 	'the log says why the relays stopped');
 
 done_testing();
