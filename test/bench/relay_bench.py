@@ -34,7 +34,9 @@ options, e.g. '{"batch": "cloudevents"}' for batched webhooks; batches
 carry no ce-id header, so (b) reports no latency then),
 BENCH_MAX_CONCURRENCY (256; it counts events, also in batches),
 BENCH_SETTINGS (server settings added to the cluster's, separated by ";",
-e.g. "outbox.batch_size = 2000").  A benchmark, not a test.
+e.g. "outbox.batch_size = 2000"), BENCH_PERF (a file: `perf record -g`
+of the relay workers during (a); read it with `perf report -i FILE`).
+A benchmark, not a test.
 """
 import glob
 import os
@@ -43,6 +45,7 @@ import shutil
 import socket
 import statistics
 import subprocess
+import signal
 import sys
 import tempfile
 import time
@@ -58,6 +61,7 @@ WORKERS = int(os.environ.get("BENCH_WORKERS", "1"))
 PAYLOAD = '{"amount": 1250, "currency": "EUR", "customer": "c-42", "note": "benchmark payment"}'
 TXN_EVENTS = int(os.environ.get("BENCH_TXN_EVENTS") or 0) or N
 OPEN_RATE = int(os.environ.get("BENCH_OPEN_RATE", "5000"))
+PERF = os.environ.get("BENCH_PERF", "")
 OPEN_SECONDS = int(os.environ.get("BENCH_OPEN_SECONDS", "10"))
 DEST_OPTIONS = os.environ.get("BENCH_DEST_OPTIONS") or "{}"
 MAX_CONCURRENCY = int(os.environ.get("BENCH_MAX_CONCURRENCY") or 256)
@@ -303,6 +307,13 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         relay_pids = cur.fetchone()[0] or []
         cpu0 = sum(cpu_seconds(p) or 0 for p in relay_pids)
         rss = [rss_kb(relay_pid)]
+        perf = None
+        if PERF:
+            # a profile of the relay workers while they drain (BENCH_PERF=file)
+            perf = subprocess.Popen(["perf", "record", "-q", "-F", "1999", "-g", "-o", PERF,
+                                     "-p", ",".join(str(p) for p in relay_pids)],
+                                    stdout=subprocess.DEVNULL)
+            time.sleep(0.5)
         t0 = time.time()
         cur.execute("UPDATE outbox.destinations SET paused = false")
         cur.execute("SELECT outbox.emit('bench.kick', 'k', '{}')")   # a commit wakes the relay
@@ -317,6 +328,10 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
             time.sleep(0.02)
         elapsed = time.time() - t0
         cpu1 = sum(cpu_seconds(p) or 0 for p in relay_pids)
+        if perf:
+            perf.send_signal(signal.SIGINT)
+            perf.wait()
+            print(f"  perf profile of the drain: {PERF}", file=sys.stderr, flush=True)
         results["relay_cpu_us"] = (cpu1 - cpu0) * 1e6 / N
         results["relay_eps"] = N / elapsed
         rss = [r for r in rss if r]
