@@ -680,6 +680,9 @@ relay_wait_step(void)
 	else if (loop.record_again_at != 0)
 		relay_set_state(RELAY_WORKING,
 						"waiting for a lock on the outbox tables to record results");
+	else if (relay_locked_out)
+		relay_set_state(RELAY_WORKING,
+						"waiting for a lock on the outbox tables to lease events");
 	else if (DeliveryInFlight() == 0)
 		relay_set_state(RELAY_IDLE, "waiting for events");
 	else

@@ -27,7 +27,8 @@ extern HttpClient *relay_http;
 extern MemoryContext relay_cycle_context;	/* reset every loop */
 extern char *relay_database_name;
 extern TimestampTz relay_lease_again_at;
-extern bool relay_outdated;	/* the extension needs an UPDATE */
+extern bool relay_outdated;
+extern bool relay_locked_out;	/* the extension needs an UPDATE */
 
 /* this relay's slot number, for its cells in deststats.c */
 #define RELAY_SLOT_INDEX ((int) (relay_slot - outbox_shared->slots))

@@ -36,6 +36,7 @@ char	   *relay_database_name = NULL;
 TimestampTz relay_lease_again_at = 0;
 
 bool		relay_outdated = false; /* the extension needs an UPDATE */
+bool		relay_locked_out = false;	/* the last step found the tables locked */
 
 /* The tables a relay cycle touches, in the order it locks them. */
 static const OutboxTableLock relay_tables[] =
@@ -73,6 +74,7 @@ relay_begin(bool *missing)
 	begun = WorkerStepBegin(&relay_step, relay_slot, &skip);
 	*missing = (skip == WORKER_STEP_NO_EXTENSION);
 	relay_outdated = (skip == WORKER_STEP_OUTDATED);
+	relay_locked_out = (skip == WORKER_STEP_LOCKED);
 	return begun;
 }
 

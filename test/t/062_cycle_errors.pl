@@ -13,6 +13,7 @@ use OutboxTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 
 my $sink = start_sink();
 my $node = new_outbox_node('cycle_errors', qq{
@@ -165,6 +166,39 @@ is($node->safe_psql('postgres', qq{SELECT outbox.wait_published('$locked_id', '1
 sleep(3);
 is(slow_sink_stats($slow)->{names}{locked_out}{requests}, 1, 'and the event was sent once');
 stop_sink($slow);
+
+# A lease step that finds the tables locked is skipped until the lock is
+# gone; meanwhile the relays say so (they showed "idle" while the events
+# waited).
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, url) VALUES ('lease_locked', '$u/lease_locked');
+});
+my $locker = IPC::Run::start(
+	[
+		'psql', '-XAtq', '-d', $node->connstr('postgres'),
+		'-c', 'BEGIN',
+		'-c', 'LOCK TABLE outbox.streams IN EXCLUSIVE MODE',
+		'-c', 'SELECT pg_sleep(4)',
+		'-c', 'COMMIT'
+	],
+	'>', \my $locker_out, '2>', \my $locker_err);
+ok(wait_until(sub { $node->safe_psql('postgres', q{
+	SELECT count(*) FROM pg_locks WHERE relation = 'outbox.streams'::regclass
+	   AND mode = 'ExclusiveLock' AND granted}) eq '1' }, 10), 'the streams are locked');
+my ($waiting_id) = emit_events($node, 'lock.lease', 'lease_locked', 1);
+ok(wait_until(sub { $node->safe_psql('postgres', q{
+	SELECT count(*) > 0 FROM pg_stat_activity
+	 WHERE backend_type = 'outbox_pg relay'
+	   AND query = 'waiting for a lock on the outbox tables to lease events'}) eq 't' }, 3),
+	'the relays say they wait for a lock to lease');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(DISTINCT state, ',') FROM outbox.workers() WHERE database = 'postgres'
+	   AND pid IN (SELECT pid FROM pg_stat_activity
+	                WHERE query = 'waiting for a lock on the outbox tables to lease events')}),
+	'working', 'as working, not idle');
+$locker->finish;
+is($node->safe_psql('postgres', qq{SELECT outbox.wait_published('$waiting_id', '15 s')}), 't',
+	'once the lock is gone the event is delivered');
 
 # A lease step that fails after it claimed for one destination (the claim
 # of the second destination of the pass is refused) rolls that claim back:
