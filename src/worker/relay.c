@@ -630,6 +630,8 @@ relay_housekeeping_step(void)
 static void
 relay_cycle_failed(void)
 {
+	TimestampTz until;
+
 	MemoryContextSwitchTo(relay_cycle_context);
 	WorkerReportCycleError(&relay_errors, relay_slot,
 						   "Leased events are sent again when their lease runs out. "
@@ -649,9 +651,23 @@ relay_cycle_failed(void)
 	relay_free_events(&loop.answered);
 	/* claimed and waiting to start: their batches go to the recovery */
 	DeliveryDropWaiting();
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 ERROR_PAUSE_MS, PG_WAIT_EXTENSION);
-	ResetLatch(MyLatch);
+
+	/*
+	 * The whole pause: a commit's wake-up does not cut it short (a busy
+	 * database retried a failing cycle at its commit rate); SIGTERM does
+	 * (the loop's next step exits).
+	 */
+	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ERROR_PAUSE_MS);
+	for (;;)
+	{
+		long		left = (long) ((until - GetCurrentTimestamp()) / 1000);
+
+		if (left <= 0 || relay_stop_requested || ProcDiePending)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(left, ERROR_PAUSE_MS), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
 	loop.need_lease = true;
 }
 

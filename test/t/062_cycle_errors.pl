@@ -14,6 +14,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use Time::HiRes qw(time usleep);
 
 my $sink = start_sink();
 my $node = new_outbox_node('cycle_errors', qq{
@@ -270,6 +271,33 @@ ok(!$node->log_contains('XY127: routing refused', $log_start), 'and no cycle fai
 $node->safe_psql('postgres', 'DROP TRIGGER refuse_routing ON outbox.settled_events');
 is($node->safe_psql('postgres', qq{SELECT outbox.wait_published('$unrouted', '20 s')}), 't',
 	'the routed event is delivered once the routing succeeds');
+
+# A failing cycle pauses a second before the next, however many commits
+# wake the relay meanwhile: each of them cut the pause short, and a busy
+# database retried a failing cycle at its commit rate.
+$node->safe_psql('postgres', q{
+	CREATE SEQUENCE busy_tries;
+	CREATE FUNCTION refuse_busy() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM nextval('public.busy_tries');
+		RAISE EXCEPTION 'claim refused' USING ERRCODE = 'XY128';
+	END $$;
+	CREATE TRIGGER refuse_busy BEFORE INSERT ON outbox.batches
+		FOR EACH ROW EXECUTE FUNCTION refuse_busy();
+});
+my $t0 = time;
+for my $i (1 .. 60)
+{
+	emit_events($node, 'busy.commit', 'ok', 1);	# one commit, one wake-up
+	usleep(30_000);
+}
+my $busy_secs = time - $t0;
+my $busy_tries = $node->safe_psql('postgres', 'SELECT last_value FROM busy_tries');
+$node->safe_psql('postgres', 'DROP TRIGGER refuse_busy ON outbox.batches');
+note(sprintf('%d failed cycles in %.1f s of 60 commits', $busy_tries, $busy_secs));
+ok($busy_tries <= $busy_secs + 3,
+	sprintf('a failing cycle is retried about once a second, not at every commit (%d in %.1f s)',
+		$busy_tries, $busy_secs));
 
 ok(!$node->log_contains('terminated by signal'), 'no process crashed');
 $node->stop;
