@@ -198,12 +198,15 @@ database_ddl_on_exit(int code, Datum arg)
  * When a transaction that dropped or renamed a database ends, the launcher
  * reads pg_database again (a dropped database's slots go, a renamed one's
  * relays get the new name).  A DROP that is rolled back lets its hold go.
+ * A prepared RENAME is read again at the next discovery after COMMIT
+ * PREPARED.
  */
 static void
 database_ddl_xact_callback(XactEvent event, void *arg)
 {
 	if (!OidIsValid(relist_at_end) ||
-		(event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT))
+		(event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
+		 event != XACT_EVENT_PREPARE))
 		return;
 	if (event == XACT_EVENT_ABORT)
 		(void) database_ddl_hold(relist_at_end, 0, false);

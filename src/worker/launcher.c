@@ -31,6 +31,8 @@
  */
 #include "postgres.h"
 
+#include <signal.h>
+
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
@@ -214,6 +216,12 @@ launcher_start_relay(int i, LauncherDatabase *db, int worker_number)
 	bool		registered;
 
 	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
+	if (slot->pid != 0)
+	{
+		/* a relay (of a launcher before this one) claimed it meanwhile */
+		LWLockRelease(outbox_shared->lock);
+		return;
+	}
 	if (slot->dboid != db->oid)
 	{
 		slot->absence_logged = false;
@@ -283,6 +291,8 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 	Oid			wanted = outbox_shared->launcher_wanted_db;
 	int			nshort = 0;		/* databases short of a relay slot */
 	const char *short_db = NULL;	/* the first of them */
+	int			short_has = 0;	/* how many relays it has */
+	bool		releasing = false;	/* relays not wanted are stopping */
 
 	outbox_shared->launcher_wanted_db = InvalidOid;
 
@@ -300,8 +310,18 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 
 		if (slot_is_running(i))
 		{
-			if (!keep && handles[i] != NULL)
-				TerminateBackgroundWorker(handles[i]);
+			if (!keep)
+			{
+				pid_t		pid;
+
+				releasing = true;
+				if (handles[i] != NULL &&
+					GetBackgroundWorkerPid(handles[i], &pid) != BGWH_STOPPED)
+					TerminateBackgroundWorker(handles[i]);
+				else if (slot->pid != 0)
+					/* started by a launcher before this one: no handle */
+					(void) kill(slot->pid, SIGTERM);
+			}
 			continue;
 		}
 
@@ -351,7 +371,7 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 	/* start what is missing */
 	for (int d = 0; d < ndbs; d++)
 	{
-		bool		no_slot = false;
+		int			no_slot = 0;
 
 		for (int w = 0; w < outbox_workers_per_database; w++)
 		{
@@ -374,24 +394,29 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 
 				if (dbs[d].oid == wanted && failures[found] == 0)
 					slot->retry_after = 0;
-				if (!slot_is_running(found) && slot->retry_after <= now &&
-					slot->held_until <= now)
+				/* a handle not reaped yet waits for the next pass */
+				if (handles[found] == NULL && !slot_is_running(found) &&
+					slot->retry_after <= now && slot->held_until <= now)
 					launcher_start_relay(found, &dbs[d], w);
 			}
 			else if (free_slot >= 0)
 				launcher_start_relay(free_slot, &dbs[d], w);
 			else
-				no_slot = true;
+				no_slot++;
 		}
-		if (no_slot && nshort++ == 0)
+		if (no_slot > 0 && nshort++ == 0)
+		{
 			short_db = dbs[d].name;
+			short_has = outbox_workers_per_database - no_slot;
+		}
 	}
 
 	/*
 	 * Out of relay slots: a database left without a relay has nobody to
-	 * warn about its events, so the launcher does (once a minute).
+	 * warn about its events, so the launcher does (once a minute).  Not
+	 * while relays no longer wanted are stopping: their slots come free.
 	 */
-	if (nshort > 0 &&
+	if (nshort > 0 && !releasing &&
 		TimestampDifferenceExceeds(last_no_relay_slot_warning, now, 60000))
 	{
 		ereport(WARNING,
@@ -399,8 +424,12 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 				 errmsg_plural("outbox_pg has no relay slot left for %d database",
 							   "outbox_pg has no relay slot left for %d databases",
 							   nshort, nshort),
+				 short_has == 0 ?
 				 errdetail("All %d relay slots are in use; database \"%s\" has no relay, and its events are not delivered.",
-						   OUTBOX_MAX_RELAYS, short_db),
+						   OUTBOX_MAX_RELAYS, short_db) :
+				 errdetail("All %d relay slots are in use; database \"%s\" has %d of its %d relays.",
+						   OUTBOX_MAX_RELAYS, short_db, short_has,
+						   outbox_workers_per_database),
 				 errhint("Set outbox.databases to the databases that use outbox_pg (every database it names takes outbox.workers_per_database slots, with the extension or not), or lower outbox.workers_per_database.")));
 		last_no_relay_slot_warning = now;
 	}

@@ -216,12 +216,22 @@ relay_start(int slot_index)
 	LWLockAcquire(outbox_shared->lock, LW_EXCLUSIVE);
 
 	/*
-	 * A statement that needs the database without sessions holds its slots
-	 * (api/database_ddl.c): started just before the hold, leave at once.
+	 * Claim the slot, unless the launcher has given it to another database
+	 * or relay meanwhile, or a statement that needs the database without
+	 * sessions holds it (api/database_ddl.c): started just before the
+	 * hold, leave at once.
 	 */
-	if (relay_slot->dboid != dboid || relay_slot->pid != 0 ||
-		relay_slot->held_until > GetCurrentTimestamp())
+	if (relay_slot->dboid != dboid || relay_slot->pid != 0)
 	{
+		/* not ours any more: leave it as it is */
+		LWLockRelease(outbox_shared->lock);
+		proc_exit(0);
+	}
+	if (relay_slot->held_until > GetCurrentTimestamp())
+	{
+		/* stopped for the statement, as those it signalled */
+		relay_slot->stopped_for_ddl = true;
+		relay_slot->state = RELAY_STOPPED;
 		LWLockRelease(outbox_shared->lock);
 		proc_exit(0);
 	}
