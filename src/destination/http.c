@@ -258,7 +258,8 @@ HttpClientCreate(void)
 					 errmsg("could not initialize libcurl")));
 		curl_ready = true;
 	}
-	client = palloc0(sizeof(HttpClient));
+	/* kept for the life of the process, whatever context is current */
+	client = MemoryContextAllocZero(TopMemoryContext, sizeof(HttpClient));
 
 	client->multi = curl_multi_init();
 	if (client->multi == NULL)

@@ -234,6 +234,7 @@ OutboxRotateLog(Interval *every)
 Datum
 outbox__rotate_log(PG_FUNCTION_ARGS)
 {
+	MemoryContext caller = CurrentMemoryContext;
 	char	   *result;
 
 	if (PG_ARGISNULL(0))
@@ -242,7 +243,9 @@ outbox__rotate_log(PG_FUNCTION_ARGS)
 				 errmsg("arguments must not be null")));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	result = OutboxRotateLog(PG_GETARG_INTERVAL_P(0));
+	/* the result is made in SPI's memory, which SPI_finish() frees */
+	result = MemoryContextStrdup(caller,
+								 OutboxRotateLog(PG_GETARG_INTERVAL_P(0)));
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(result));
 }

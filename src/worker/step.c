@@ -136,7 +136,11 @@ WorkerStepBegin(const WorkerStepSpec *spec, RelaySlot *version_slot,
 		return false;
 	}
 	if (spec->prepare_plans != NULL)
+	{
+		/* preparing a plan leaves SPI's memory current */
 		spec->prepare_plans();
+		MemoryContextSwitchTo(caller);
+	}
 	return true;
 }
 
