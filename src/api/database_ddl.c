@@ -15,9 +15,9 @@
  * Before such a statement runs, the ProcessUtility hook holds the
  * database's relay slots (the launcher starts none of them while the hold
  * lasts, and a relay that connects meanwhile exits at once), asks the
- * running relays to exit (SIGTERM, sent again every second: a relay that
- * is flushing a broker client exits at the second) and waits for them, up
- * to DDL_STOP_WAIT_MS; PostgreSQL's own wait for sessions follows.  Once
+ * running relays to exit (SIGTERM, sent again every second; the slot is
+ * marked first, so a relay flushing a broker client does not wait for its
+ * confirmations) and waits for them, up to DDL_STOP_WAIT_MS; PostgreSQL's own wait for sessions follows.  Once
  * the statement holds its lock on the database, a relay that starts waits
  * for that lock before it counts as a session.  The hold ends with the
  * statement, whether it succeeded or failed; the relays start again

@@ -309,8 +309,9 @@ relay_slot_is_ours(Oid dboid)
 /*
  * SIGTERM: die() at once, as every worker does, unless events are in a
  * native broker client's hands; then the loop flushes them first
- * (relay_flush_step), and a second SIGTERM, or one during the flush, dies
- * at once.
+ * (relay_flush_step).  A SIGTERM after the first (the postmaster sends
+ * each one twice, to the process and to its group) is taken when the
+ * flush ends.
  */
 static void
 relay_sigterm(SIGNAL_ARGS)
@@ -349,9 +350,9 @@ relay_on_exit(int code, Datum arg)
  * completed or the earliest of their leases ends (after which another
  * relay may send them again anyway).  Interrupts are held meanwhile, so
  * the wait is bounded by the lease, never by the broker; what is
- * unconfirmed then is sent again after its lease.  A second SIGTERM
- * ends the wait (api/database_ddl.c sends one after a second).  HTTP
- * requests are not waited for (they are sent again too), but those that
+ * unconfirmed then is sent again after its lease, and so is what a
+ * statement on the database (api/database_ddl.c) cuts the wait short
+ * for.  HTTP requests are not waited for (they are sent again too), but those that
  * complete meanwhile are recorded.  Then the relay dies the way die() has it.
  */
 static void
@@ -375,8 +376,13 @@ relay_flush_step(void)
 		long		wait_ms;
 		bool		woken;
 
-		/* a second SIGTERM (die() in relay_sigterm) ends it */
-		if (now >= deadline || ProcDiePending)
+		/*
+		 * A statement that needs the database without sessions ends it
+		 * (api/database_ddl.c marks the slot before its SIGTERM).  Not a
+		 * second SIGTERM: the postmaster sends every SIGTERM twice, to the
+		 * process and to its process group.
+		 */
+		if (now >= deadline || relay_slot->stopped_for_ddl)
 			break;
 		wait_ms = Min(100, (long) ((deadline - now + 999) / 1000));
 		DeliveryWatchNative();
