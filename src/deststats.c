@@ -8,7 +8,7 @@
  * results and latency of recent requests — is published here so that SQL
  * can see it.  The entries live in a shared hash table keyed by (database
  * oid, destination name), of a fixed size: outbox.max_destinations
- * entries, all allocated at server start (1,120 bytes each, and the
+ * entries, all allocated at server start (1,128 bytes each, and the
  * table's own: about 1.2 MB per 1,000 destinations, which
  * docs/configuration.md states).  The table never grows.
  *
@@ -54,6 +54,10 @@
  *	  opens for a pause of 1 s, doubling with every further failed round
  *	  up to outbox.circuit_max_pause.  While it is open no relay leases
  *	  events of the destination, so they neither fail nor use up attempts.
+ *	- A failed answer with Retry-After opens it at once for that long
+ *	  (OutboxCircuitHold), whatever the run; until then a success closes
+ *	  it only if its request was sent after that answer came (held_at), and
+ *	  a failed probe after the wait pauses it again.
  *	- When the pause ends the circuit is half-open: the first relay that
  *	  looks takes the probe (probe_pid, and probe_expires_at after the
  *	  request's timeout plus the lease margin, so the probe of a relay
@@ -216,6 +220,7 @@ struct DestStats
 	int			failed_rounds;	/* consecutive; 0 after any success */
 	TimestampTz round_counted_at;	/* when the last failed round counted */
 	TimestampTz open_until;		/* 0: closed; past: half-open */
+	TimestampTz held_at;		/* when an answer's Retry-After opened it */
 	pid_t		probe_pid;		/* relay whose probe is out, 0: none */
 	TimestampTz probe_expires_at;
 	TimestampTz last_circuit_log_at;
@@ -624,6 +629,37 @@ OutboxCircuitReleaseProbe(DestStats *ds)
 }
 
 /*
+ * Open the circuit until `until`, or keep it open until then: never
+ * shortens a pause already set (a Retry-After can ask for more than the
+ * failed rounds' pause).  Returns CIRCUIT_OPENED if it was closed; *log_it
+ * as for OutboxCircuitNote.  Under the entry's spinlock.
+ */
+static CircuitTransition
+deststats_open(DestStats *ds, TimestampTz now, TimestampTz until, bool *log_it)
+{
+	CircuitTransition transition = CIRCUIT_UNCHANGED;
+
+	if (ds->open_until == 0)
+	{
+		transition = CIRCUIT_OPENED;
+		if (TimestampDifferenceExceeds(ds->last_circuit_log_at, now,
+									   CIRCUIT_LOG_INTERVAL_MS))
+		{
+			ds->last_circuit_log_at = now;
+			ds->circuit_logged = true;
+			*log_it = true;
+		}
+	}
+	if (until > ds->open_until)
+	{
+		ds->open_until = until;
+		ds->probe_pid = 0;
+		ds->probe_expires_at = 0;
+	}
+	return transition;
+}
+
+/*
  * Tell the circuit how a request of this destination ended: failed (it
  * counts against the destination) or not, and when it was started.
  * threshold is options.circuit_threshold (0: no circuit breaker).
@@ -649,7 +685,15 @@ OutboxCircuitNote(DestStats *ds, bool failed, TimestampTz started_at,
 
 	now = GetCurrentTimestamp();
 	SpinLockAcquire(&ds->mutex);
-	if (!failed)
+	if (!failed && started_at < ds->held_at && now < ds->open_until)
+	{
+		/*
+		 * The answer to a request sent before the destination asked to
+		 * wait: a receiver that sheds load lets some through, and one of
+		 * them must not end the wait for every relay.
+		 */
+	}
+	else if (!failed)
 	{
 		if (ds->open_until != 0)
 		{
@@ -664,6 +708,8 @@ OutboxCircuitNote(DestStats *ds, bool failed, TimestampTz started_at,
 	}
 	else
 	{
+		int64		pause_ms = 0;
+
 		/* one round: only a request started after the last counted one */
 		if (started_at > ds->round_counted_at)
 		{
@@ -672,31 +718,55 @@ OutboxCircuitNote(DestStats *ds, bool failed, TimestampTz started_at,
 			if (ds->failed_rounds >= threshold)
 			{
 				int			doublings = Min(ds->failed_rounds - threshold, 20);
-				int64		pause_ms;
 
 				pause_ms = Min((int64) CIRCUIT_FIRST_PAUSE_MS << doublings,
 							   (int64) outbox_circuit_max_pause);
-				if (ds->open_until == 0)
-				{
-					*transition = CIRCUIT_OPENED;
-					if (TimestampDifferenceExceeds(ds->last_circuit_log_at, now,
-												   CIRCUIT_LOG_INTERVAL_MS))
-					{
-						ds->last_circuit_log_at = now;
-						ds->circuit_logged = true;
-						*log_it = true;
-					}
-				}
-				ds->open_until = TimestampTzPlusMilliseconds(now, pause_ms);
-				ds->probe_pid = 0;
-				ds->probe_expires_at = 0;
+			}
+			else if (ds->open_until != 0)
+			{
+				/* the probe after a Retry-After's wait failed: pause again */
+				pause_ms = Min((int64) CIRCUIT_FIRST_PAUSE_MS,
+							   (int64) outbox_circuit_max_pause);
 			}
 		}
+		if (pause_ms > 0)
+			*transition = deststats_open(ds, now,
+										 TimestampTzPlusMilliseconds(now, pause_ms),
+										 log_it);
 		*rounds = ds->failed_rounds;
 		outage = (ds->open_until != 0);
 	}
 	SpinLockRelease(&ds->mutex);
 	return outage;
+}
+
+/*
+ * A failed answer asked the sender to wait until `until` (Retry-After):
+ * the circuit opens at once, for at least that long, whatever the run of
+ * failed rounds.  A receiver that sheds load says so once, and no relay
+ * leases the destination's events until then, instead of each of them
+ * finding out for itself and paying an attempt for it.  The answer still
+ * counts its round when it is recorded (OutboxCircuitNote), and finds the
+ * circuit open: its event is not charged either.  Until then a success
+ * closes the circuit only if its request was sent after the answer came
+ * (the probe): answers to requests already in flight do not end the wait.  Returns the transition
+ * (CIRCUIT_OPENED or CIRCUIT_UNCHANGED); *log_it as for OutboxCircuitNote.
+ * Called by the caller only with the circuit breaker on.
+ */
+CircuitTransition
+OutboxCircuitHold(DestStats *ds, TimestampTz until, bool *log_it)
+{
+	CircuitTransition transition;
+	TimestampTz now = GetCurrentTimestamp();
+
+	*log_it = false;
+	if (ds == NULL)
+		return CIRCUIT_UNCHANGED;
+	SpinLockAcquire(&ds->mutex);
+	transition = deststats_open(ds, now, until, log_it);
+	ds->held_at = now;
+	SpinLockRelease(&ds->mutex);
+	return transition;
 }
 
 /*

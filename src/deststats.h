@@ -64,6 +64,8 @@ extern bool OutboxCircuitNote(DestStats *ds, bool failed,
 							  TimestampTz started_at, int threshold,
 							  CircuitTransition *transition, bool *log_it,
 							  int *rounds);
+extern CircuitTransition OutboxCircuitHold(DestStats *ds, TimestampTz until,
+										   bool *log_it);
 extern void OutboxCircuitConfigure(DestStats *ds, bool disabled, bool resumed);
 
 #endif							/* OUTBOX_DESTSTATS_H */

@@ -202,43 +202,59 @@ http_write_callback(char *data, size_t size, size_t nmemb, void *userp)
 	return len;
 }
 
-/* Looks only for Retry-After (delta-seconds form). */
+/*
+ * Looks only for Retry-After: delay-seconds, or an HTTP-date (RFC 9110:
+ * IMF-fixdate, or the obsolete RFC 850 and asctime forms), which becomes
+ * the seconds from now to then (0 if past).  Anything else is ignored.
+ * Runs inside curl: no palloc (curl_getdate() allocates nothing).
+ */
 static size_t
 http_header_callback(char *data, size_t size, size_t nitems, void *userp)
 {
 	HttpRequest *req = (HttpRequest *) userp;
 	size_t		len = size * nitems;
 	static const char name[] = "retry-after:";
+	char		value[64];
+	size_t		start = sizeof(name) - 1;
+	size_t		end = len;
+	long		secs = 0;
+	bool		digits = true;
 
-	if (len > sizeof(name) - 1 && pg_strncasecmp(data, name, sizeof(name) - 1) == 0)
+	if (len <= start || pg_strncasecmp(data, name, start) != 0)
+		return len;
+	while (start < end && (data[start] == ' ' || data[start] == '\t'))
+		start++;
+	while (end > start && (data[end - 1] == ' ' || data[end - 1] == '\t' ||
+						   data[end - 1] == '\r' || data[end - 1] == '\n'))
+		end--;
+	if (end == start || end - start >= sizeof(value))
+		return len;
+	memcpy(value, data + start, end - start);
+	value[end - start] = '\0';
+
+	for (const char *c = value; *c; c++)
 	{
-		long		secs = 0;
-		bool		digits = false;
-
-		for (size_t i = sizeof(name) - 1; i < len; i++)
+		if (*c < '0' || *c > '9')
 		{
-			char		c = data[i];
-
-			if (c >= '0' && c <= '9')
-			{
-				digits = true;
-				if (secs < 1000000)
-					secs = secs * 10 + (c - '0');
-			}
-			else if (c == ' ' || c == '\t' || c == '\r' || c == '\n')
-			{
-				if (digits)
-					break;
-			}
-			else
-			{
-				digits = false;
-				break;
-			}
+			digits = false;
+			break;
 		}
-		if (digits)
-			req->retry_after_secs = (int) secs;
+		if (secs < 1000000)
+			secs = secs * 10 + (*c - '0');
 	}
+	if (!digits)
+	{
+		time_t		at;
+
+		/* every HTTP-date form names its month and has a time of day */
+		if (strchr(value, ':') == NULL || strpbrk(value, "JFMASOND") == NULL)
+			return len;
+		at = curl_getdate(value, NULL);
+		if (at == (time_t) -1)
+			return len;
+		secs = Min(Max((long) (at - time(NULL)), 0L), 1000000L);
+	}
+	req->retry_after_secs = (int) secs;
 	return len;
 }
 

@@ -164,6 +164,8 @@ typedef struct RelayDestination
 	bool		http;			/* its kind sends through the HTTP client */
 	bool		multiplexed;	/* its last answer came over HTTP/2 */
 	int			conn_reserve;	/* connections kept for it at the last pass */
+	TimestampTz asked_until;	/* its receiver asked to wait until then
+								 * (Retry-After): nothing is sent before */
 
 	DestStats  *stats;			/* ops: statistics and the circuit (deststats.c) */
 	bool		configured;		/* in the cache: loaded by the last load */
@@ -258,6 +260,7 @@ typedef struct RelayEvent
 	bool		probe;			/* the circuit's probe (deststats.c) */
 	bool		outage;			/* failed while the circuit was open */
 	bool		rejected;		/* decided before sending: no request */
+	bool		deferred;		/* not sent: its receiver asked to wait */
 	bool		sending;		/* started (counted in dest->sending) */
 	bool		answered;		/* completed, its result not recorded yet
 								 * (counted in dest->answered) */
@@ -599,6 +602,7 @@ delivery_destination(const char *name)
 		rd->lease_pass = 0;
 		rd->retry_due = 0;
 		rd->retries_look_at = 0;
+		rd->asked_until = 0;
 		rd->stats = NULL;
 		rd->loaded = false;
 		rd->configured = false;
@@ -738,8 +742,11 @@ delivery_refresh_state(LoadedDestination *d)
 	 * destination just resumed gets its probe at once.
 	 */
 	if (d->circuit_threshold <= 0 || (rd->paused && !d->paused))
+	{
 		OutboxCircuitConfigure(rd->stats, d->circuit_threshold <= 0,
 							   rd->paused && !d->paused);
+		rd->asked_until = 0;	/* and what its receiver asked is forgotten */
+	}
 	/* new to this relay, or resumed: the sweep looks at its log */
 	if (!rd->loaded || (rd->paused && !d->paused))
 		sweep_on_reload = true;
@@ -1067,7 +1074,9 @@ relay_capacity(RelayDestination *rd, TimestampTz now, bool *probe)
 	adm.alive = alive;
 	adm.in_use = rd->sending;
 	adm.want = 0;
-	if (!rd->paused)
+	if (rd->asked_until > now)
+		relay_lease_again_by(rd->asked_until);	/* see delivery_asked_to_wait */
+	else if (!rd->paused)
 		adm.want = Max(Min(Min(rd->max_concurrency - alive,
 							   outbox_batch_size - DeliveryInFlight()),
 						   delivery_connection_room(rd) - alive), 0);
@@ -1379,6 +1388,39 @@ delivery_start_native(RelayEvent *ev)
 		native_deadline = fence;
 }
 
+/*
+ * The receiver of ev's destination asked this relay to wait (Retry-After,
+ * delivery_asked_to_wait): ev is not sent, and completes at once as a
+ * retry due when the wait ends.  Like an event failed while the circuit is
+ * open (the circuit is open until then), it is not charged an attempt.
+ * Its error says why; the destination's statistics do not count it, as no
+ * request was made.
+ */
+static void
+delivery_defer(RelayEvent *ev, TimestampTz now)
+{
+	ListCell   *lc;
+	char	   *why;
+	MemoryContext old = MemoryContextSwitchTo(ev->context);
+
+	why = psprintf("not sent: the destination asked to wait until %s (Retry-After)",
+				   timestamptz_to_str(ev->dest->asked_until));
+	ev->deferred = true;
+	if (ev->carried == NIL)
+		ev->carried = list_make1(ev);
+	foreach(lc, ev->carried)
+	{
+		RelayEvent *carried = lfirst(lc);
+
+		DeliveryResultSet(&carried->result, OUTCOME_RETRY, why);
+		carried->outage = true;
+	}
+	ev->req.retry_after_secs =
+		(int) ((ev->dest->asked_until - now + USECS_PER_SEC - 1) / USECS_PER_SEC);
+	MemoryContextSwitchTo(old);
+	HttpClientSkip(relay_http, &ev->req);
+}
+
 /* Send a leased event's request (unless another event's request carries it). */
 void
 DeliveryStart(RelayEvent *ev)
@@ -1388,6 +1430,9 @@ DeliveryStart(RelayEvent *ev)
 	ev->started_at = GetCurrentTimestamp();
 	if (ev->rejected)
 		HttpClientSkip(relay_http, &ev->req);
+	else if (ev->dest->asked_until > ev->started_at &&
+			 ev->loaded->routine->start == NULL)
+		delivery_defer(ev, ev->started_at);
 	else if (ev->loaded->routine->start != NULL)
 		delivery_start_native(ev);
 	else
@@ -1561,6 +1606,41 @@ DeliveryNativeOutstanding(void)
 }
 
 /*
+ * A failed answer with Retry-After (429, or a 5xx: OutboxIsDestinationFailure)
+ * asks the sender to wait: with the circuit breaker on, its circuit opens
+ * at once for that long (up to an hour), for every relay of the database
+ * (OutboxCircuitHold), and this relay sends none of the destination's
+ * events it has already leased until then (delivery_defer).  Done as the
+ * answer arrives, before the relay starts more requests; the answer is
+ * classified and recorded later, like any other, and its event is not
+ * charged (the circuit is open).  Without the circuit breaker only the
+ * event answered waits (delivery_retry_at), as every failure is then the
+ * event's.  A native client's completion carries no Retry-After.
+ */
+static void
+delivery_asked_to_wait(RelayEvent *ev, HttpRequest *req)
+{
+	RelayDestination *rd = ev->dest;
+	TimestampTz until;
+	bool		log_it;
+
+	if (rd->circuit_threshold <= 0 || rd->stats == NULL || req->status == 0 ||
+		!OutboxIsDestinationFailure(req->status, req->failure))
+		return;
+	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										Min((int64) req->retry_after_secs * 1000,
+											RETRY_AFTER_MAX_MS));
+	rd->asked_until = Max(rd->asked_until, until);
+	if (OutboxCircuitHold(rd->stats, until, &log_it) == CIRCUIT_OPENED && log_it)
+		ereport(WARNING,
+				(errcode(ERRCODE_WARNING),
+				 errmsg("outbox_pg destination \"%s\" answered %d with Retry-After: %d s; circuit opened",
+						rd->name, req->status, req->retry_after_secs),
+				 errdetail("All relays of the database pause the destination for that long (at most an hour), then probe it with one event."),
+				 errhint("Events for it wait without using up attempts; other destinations are not affected. Pausing and resuming it (outbox.pause(), outbox.resume()) probes at once.")));
+}
+
+/*
  * The relay is stopping (SIGTERM): nothing more goes to a native client.
  * Returns until when it may wait for the outstanding ones: the earliest
  * lease among them, after which another relay may send them again.
@@ -1581,6 +1661,8 @@ DeliveryCompleted(List *pending, HttpRequest *req)
 
 	if (req->status != 0)
 		ev->dest->multiplexed = req->multiplexed;
+	if (req->retry_after_secs > 0 && !ev->deferred)
+		delivery_asked_to_wait(ev, req);
 
 	/*
 	 * A success (nothing for the circuit or the backoff to weigh first)
@@ -2933,7 +3015,7 @@ DeliveryRecord(List *done)
 	{
 		RelayEvent *ev = lfirst(lc);
 
-		if (ev->carried != NIL && !ev->rejected)
+		if (ev->carried != NIL && !ev->rejected && !ev->deferred)
 			delivery_classify(ev);
 	}
 
@@ -2944,12 +3026,13 @@ DeliveryRecord(List *done)
 		int			status = delivery_sent(ev)->status;
 
 		/* ops: an event carried in another's request has that request's answer */
-		OutboxDestStatsRecordResult(ev->dest->stats, now, status,
-									outcome, delivery_sent(ev)->duration_us);
+		if (!(ev->carrier ? ev->carrier : ev)->deferred)
+			OutboxDestStatsRecordResult(ev->dest->stats, now, status,
+										outcome, delivery_sent(ev)->duration_us);
 		touched = list_append_unique_ptr(touched, ev->dest);
 		if (outcome == OUTCOME_ACK)
 			published++;
-		else
+		else if (!(ev->carrier ? ev->carrier : ev)->deferred)
 			failed++;
 
 		if (ev->batch == NULL)

@@ -11,6 +11,9 @@ Paths (anything after the mode is free, e.g. a destination name):
   /status/<code>/...           that status (Retry-After: <s> with ?retry_after=<s>)
   /failfirst/<n>/<code>/...    the first n requests per message id get <code>, then 204
                                (with ?retry_after=<s>: and a Retry-After header)
+  /failcount/<n>/<code>/...    the first n requests to the path (any message) get <code>,
+                               then 204 (?retry_after=<s> as above; ?retry_after_date=<s>:
+                               Retry-After as an HTTP-date s seconds from the answer)
   /hangfirst/<n>/...           the first n requests per message id hang, then 204
   /resetfirst/<n>/...          the first n requests per message id are reset, then 204
   /delay/<ms>/...              wait, then 204
@@ -40,6 +43,7 @@ Only POST is accepted.  Standard library only.
 """
 import argparse
 import base64
+import email.utils
 import hashlib
 import hmac
 import json
@@ -186,11 +190,15 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             COUNTS[(self.path, key)] = COUNTS.get((self.path, key), 0) + 1
             nth = COUNTS[(self.path, key)]
+            COUNTS[self.path] = COUNTS.get(self.path, 0) + 1
+            nth_path = COUNTS[self.path]
         kind = parts[0] if parts else "ok"
         if kind == "status":
             answer = int(parts[1])
         elif kind == "failfirst":
             answer = int(parts[2]) if nth <= int(parts[1]) else 204
+        elif kind == "failcount":
+            answer = int(parts[2]) if nth_path <= int(parts[1]) else 204
         elif kind in ("hangfirst", "resetfirst"):
             answer = 0 if nth <= int(parts[1]) else 204
         elif kind == "flaky":
@@ -234,6 +242,15 @@ class Handler(BaseHTTPRequestHandler):
             if nth <= int(parts[1]):
                 extra = {"Retry-After": query["retry_after"]} if "retry_after" in query else None
                 self.reply(int(parts[2]), b"failing first", extra)
+            else:
+                self.reply(204)
+        elif kind == "failcount":
+            if answer != 204:
+                extra = {"Retry-After": query["retry_after"]} if "retry_after" in query else None
+                if "retry_after_date" in query:
+                    extra = {"Retry-After": email.utils.formatdate(time.time() + float(query["retry_after_date"]),
+                                                                   usegmt=True)}
+                self.reply(answer, b"shedding load", extra)
             else:
                 self.reply(204)
         elif kind == "hangfirst":
