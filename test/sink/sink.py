@@ -14,6 +14,8 @@ Paths (anything after the mode is free, e.g. a destination name):
   /failcount/<n>/<code>/...    the first n requests to the path (any message) get <code>,
                                then 204 (?retry_after=<s> as above; ?retry_after_date=<s>:
                                Retry-After as an HTTP-date s seconds from the answer)
+  /failseq/<c1>,<c2>,.../...   the requests to the path (any message) get c1, c2, ... in
+                               turn, then 204 (?retry_after=<s>: on the first answer only)
   /hangfirst/<n>/...           the first n requests per message id hang, then 204
   /resetfirst/<n>/...          the first n requests per message id are reset, then 204
   /delay/<ms>/...              wait, then 204
@@ -199,6 +201,9 @@ class Handler(BaseHTTPRequestHandler):
             answer = int(parts[2]) if nth <= int(parts[1]) else 204
         elif kind == "failcount":
             answer = int(parts[2]) if nth_path <= int(parts[1]) else 204
+        elif kind == "failseq":
+            seq = [int(c) for c in parts[1].split(",")]
+            answer = seq[nth_path - 1] if nth_path <= len(seq) else 204
         elif kind in ("hangfirst", "resetfirst"):
             answer = 0 if nth <= int(parts[1]) else 204
         elif kind == "flaky":
@@ -251,6 +256,12 @@ class Handler(BaseHTTPRequestHandler):
                     extra = {"Retry-After": email.utils.formatdate(time.time() + float(query["retry_after_date"]),
                                                                    usegmt=True)}
                 self.reply(answer, b"shedding load", extra)
+            else:
+                self.reply(204)
+        elif kind == "failseq":
+            if answer != 204:
+                extra = {"Retry-After": query["retry_after"]} if "retry_after" in query and nth_path == 1 else None
+                self.reply(answer, b"failing in turn", extra)
             else:
                 self.reply(204)
         elif kind == "hangfirst":

@@ -15,7 +15,10 @@
 # and answers 204 after that; five events are emitted in one transaction.
 # The first two allow one attempt (max_attempts 1): an event charged for
 # the refusal, or for not being sent while the destination waits, would be
-# dead-lettered instead of delivered.
+# dead-lettered instead of delivered.  Then: a receiver that refuses one
+# of several requests in flight (the 204s to the others must not end the
+# wait), and a probe after the wait that fails without a Retry-After (the
+# circuit pauses again rather than probing at once, probe after probe).
 use strict;
 use warnings;
 use FindBin;
@@ -146,6 +149,24 @@ note(sprintf('burst: %d requests in all, %d in the half second after the refusal
 is(scalar(@during), 0,
 	'burst: no request from 0.5 s to 2.8 s after the refusal, though requests in flight with it were answered 204');
 assert_zero_lost($sink, 'burst', '/failcount/1/429/burst', @ids);
+
+# 6. the probe after the wait fails without a Retry-After of its own: the
+# circuit pauses again (outbox.circuit_max_pause, 1 s here), not probe
+# after probe at once
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, url, max_concurrency, max_attempts) VALUES
+		('probe', '$u/failseq/429,503/probe?retry_after=2', 1, 1)});
+@ids = emit_events($node, 'ra.probe', 'probe', 3);
+ok(wait_until(sub {
+	scalar(grep { $_->{answer} == 204 && $_->{path} =~ m{^/failseq/429,503/probe} } sink_records($sink)) >= 3 }, 60),
+	'probe: every event is delivered');
+my @p = sort { $a->{t} <=> $b->{t} } grep { $_->{path} =~ m{^/failseq/429,503/probe} } sink_records($sink);
+ok(@p >= 3 && $p[1]{answer} == 503 && $p[1]{t} - $p[0]{t} >= 1.8,
+	sprintf('probe: the probe waited for the Retry-After (%.2f s)', @p >= 2 ? $p[1]{t} - $p[0]{t} : -1));
+ok(@p >= 3 && $p[2]{t} - $p[1]{t} >= 0.8,
+	sprintf('probe: a failed probe pauses the circuit again (the next request after %.2f s)',
+		@p >= 3 ? $p[2]{t} - $p[1]{t} : -1));
+assert_zero_lost($sink, 'probe', '/failseq/429,503/probe', @ids);
 
 is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM outbox.destination_stats WHERE circuit_state <> 'closed'}), '0',
