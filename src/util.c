@@ -142,8 +142,14 @@ is_lower_hex(const char *s, int len, bool *all_zero)
 /*
  * W3C Trace Context, level 1: version-traceid-parentid-flags, lower-case
  * hex.  Version ff is invalid, all-zero ids are invalid, and version 00
- * has exactly four fields.  Later versions may append fields after a dash.
+ * has exactly four fields.  Later versions may append fields after a dash:
+ * of lower-case letters, digits and dashes, up to TRACEPARENT_MAX_LEN in
+ * all.  The
+ * value becomes an HTTP header line as it is, so nothing else may pass
+ * (a line break in an appended field split the request on the wire).
  */
+#define TRACEPARENT_MAX_LEN 512
+
 bool
 OutboxTraceparentIsValid(const char *value)
 {
@@ -164,5 +170,16 @@ OutboxTraceparentIsValid(const char *value)
 		return false;
 	if (strncmp(value, "00", 2) == 0)
 		return len == 55;
-	return len == 55 || value[55] == '-';
+	if (len == 55)
+		return true;
+	if (len > TRACEPARENT_MAX_LEN || value[55] != '-')
+		return false;
+	for (size_t i = 56; i < len; i++)
+	{
+		char		c = value[i];
+
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-'))
+			return false;
+	}
+	return true;
 }

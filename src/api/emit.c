@@ -86,6 +86,7 @@ static char *emit_text_arg(FunctionCallInfo fcinfo, int argno);
 static void emit_check_identity(FunctionCallInfo fcinfo, EmitEvent *ev);
 static void emit_choose_destination(FunctionCallInfo fcinfo, EmitEvent *ev);
 static void emit_trace_context(FunctionCallInfo fcinfo, EmitEvent *ev);
+static void emit_check_traceparent(const char *traceparent);
 static void emit_delivery_time(FunctionCallInfo fcinfo, EmitEvent *ev);
 static void emit_generate_uuid_v7(unsigned char *out);
 static void emit_build_row(FunctionCallInfo fcinfo, const EmitEvent *ev,
@@ -290,6 +291,14 @@ outbox__events_insert(PG_FUNCTION_ARGS)
 				 errhint("Leave created_at out: it defaults to the transaction's start.")));
 	if (!ev_nulls[EV_HEADERS - 1])
 		OutboxCheckHeaders(ev_values[EV_HEADERS - 1]);
+	if (!ev_nulls[EV_TRACEPARENT - 1])
+		emit_check_traceparent(TextDatumGetCString(ev_values[EV_TRACEPARENT - 1]));
+	if (!ev_nulls[EV_NEXT_ATTEMPT_AT - 1] &&
+		TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(ev_values[EV_NEXT_ATTEMPT_AT - 1])))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("next_attempt_at of an event must be a finite time"),
+				 errhint("Leave next_attempt_at out to deliver the event at once, or give the time of its first delivery.")));
 
 	memset(nulls, true, sizeof(nulls));
 #define COPY_COL(logcol, evcol) \
@@ -422,19 +431,24 @@ emit_choose_destination(FunctionCallInfo fcinfo, EmitEvent *ev)
 	ev->destination = routed ? pstrdup(routed) : NULL;
 }
 
+/* A traceparent given to emit() or written into outbox.events. */
+static void
+emit_check_traceparent(const char *traceparent)
+{
+	if (!OutboxTraceparentIsValid(traceparent))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid traceparent \"%s\"", traceparent),
+				 errdetail("A traceparent has the form \"00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>\" in lower case, with non-zero ids; a later version may append fields of lower-case letters, digits and dashes after a dash, up to 512 characters in all.")));
+}
+
 /* The trace context: the argument, else the session/transaction setting. */
 static void
 emit_trace_context(FunctionCallInfo fcinfo, EmitEvent *ev)
 {
 	ev->traceparent = emit_text_arg(fcinfo, ARG_TRACEPARENT);
 	if (ev->traceparent)
-	{
-		if (!OutboxTraceparentIsValid(ev->traceparent))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid traceparent \"%s\"", ev->traceparent),
-					 errdetail("A traceparent has the form \"00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>\" in lower case, with non-zero ids.")));
-	}
+		emit_check_traceparent(ev->traceparent);
 	else if (outbox_traceparent && outbox_traceparent[0] != '\0')
 		ev->traceparent = outbox_traceparent;
 }

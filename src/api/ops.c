@@ -42,6 +42,8 @@
 
 #define WAIT_MIN_SLEEP_MS		5
 #define WAIT_MAX_SLEEP_MS		100
+/* wait_published: a longer timeout waits this long (100 years) */
+#define WAIT_MAX_TIMEOUT_US		(INT64CONST(36525) * USECS_PER_DAY)
 
 PG_FUNCTION_INFO_V1(outbox_wake);
 PG_FUNCTION_INFO_V1(outbox_relay_presence);
@@ -179,13 +181,24 @@ outbox_wait_published(PG_FUNCTION_ARGS)
 				 errmsg("timeout must not be null")));
 	id = PG_GETARG_UUID_P(0);
 	timeout = PG_GETARG_INTERVAL_P(1);
-	timeout_us = timeout->time +
-		(int64) timeout->day * USECS_PER_DAY +
-		(int64) timeout->month * DAYS_PER_MONTH * USECS_PER_DAY;
-	if (timeout_us < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("timeout must not be negative")));
+	{
+		/*
+		 * In floating point: '300000 years' or an infinite interval (17+)
+		 * overflowed int64, and wrapped ('-300000 years' waited for ever,
+		 * '98000000 days' not at all).  Beyond WAIT_MAX_TIMEOUT_US is as
+		 * good as for ever.
+		 */
+		double		us = (double) timeout->time +
+			(double) timeout->day * USECS_PER_DAY +
+			(double) timeout->month * DAYS_PER_MONTH * USECS_PER_DAY;
+
+		if (us < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("timeout must not be negative")));
+		timeout_us = (us >= (double) WAIT_MAX_TIMEOUT_US) ?
+			WAIT_MAX_TIMEOUT_US : (int64) us;
+	}
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
@@ -221,13 +234,10 @@ outbox_wait_published(PG_FUNCTION_ARGS)
 					 errhint("Wait only for events emitted by committed transactions.")));
 		status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		SPI_freetuptable(SPI_tuptable);
-		if (strcmp(status, "published") == 0)
-		{
-			result = true;
+		result = (strcmp(status, "published") == 0);
+		if (result || strcmp(status, "dead") == 0)
 			break;
-		}
-		if (strcmp(status, "dead") == 0)
-			break;
+		pfree(status);			/* one a poll, for as long as it waits */
 
 		now = GetCurrentTimestamp();
 		if (now >= deadline)

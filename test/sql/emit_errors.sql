@@ -63,9 +63,20 @@ SELECT try($$SELECT outbox.emit('payment.created', '1', '{}',
 SELECT try($$SELECT outbox.emit('payment.created', '1', '{}',
                    traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra')$$);
 SELECT try($$SET outbox.traceparent = 'not-a-traceparent'$$);
--- a future version may carry more fields
+-- a future version may carry more fields (lower-case letters, digits and
+-- dashes): nothing that would split the header line it becomes, nor
+-- anything over 512 characters
 SELECT try($$SELECT outbox.emit('payment.created', 'future', '{}',
                    traceparent => '01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra')$$);
+SELECT try($$SELECT outbox.emit('payment.created', 'future', '{}',
+                   traceparent => '01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-00ab-cd')$$);
+SELECT try($$SELECT outbox.emit('payment.created', '1', '{}',
+                   traceparent => E'01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-\r\nX-Injected: 1')$$);
+SELECT left(try($$SELECT outbox.emit('payment.created', '1', '{}',
+                   traceparent => '01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-' || repeat('a', 457))$$), 30);
+SELECT try($$SELECT outbox.emit('payment.created', 'future', '{}',
+                   traceparent => '01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-' || repeat('a', 456))$$);
+SELECT try($$SET outbox.traceparent = E'01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-\r\nX: y'$$);
 
 -- not_before
 SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', not_before => 'infinity')$$);

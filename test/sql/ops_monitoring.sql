@@ -163,6 +163,10 @@ SELECT outbox.wait_published((SELECT id FROM ev WHERE g = 9), '10 seconds') AS d
 SELECT outbox.wait_published((SELECT id FROM ev WHERE g = 6), '50 milliseconds') AS times_out;
 SELECT try($$SELECT outbox.wait_published('00000000-0000-7000-8000-000000000000', '1 second')$$);
 SELECT try($$SELECT outbox.wait_published(gen_random_uuid(), '-1 second')$$);
+-- timeouts beyond int64 microseconds: huge ones wait (here: published at
+-- once), huge negative ones are refused (they wrapped around before)
+SELECT outbox.wait_published((SELECT id FROM ev WHERE g = 1), '300000 years') AS huge_timeout;
+SELECT try($$SELECT outbox.wait_published(gen_random_uuid(), '-300000 years')$$);
 SELECT try($$SELECT outbox.wait_published(NULL)$$);
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT try($$SELECT outbox.wait_published((SELECT id FROM ev WHERE g = 1))$$);

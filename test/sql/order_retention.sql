@@ -26,6 +26,11 @@ SELECT try($$INSERT INTO outbox.events (type, payload, destination, headers)
              VALUES ('ret.length', '{}', 'ret', '{"Content-Length": "0"}')$$);
 SELECT try($$INSERT INTO outbox.events (type, payload, destination, created_at)
              VALUES ('ret.forever', '{}', 'ret', 'infinity')$$);
+SELECT try($$INSERT INTO outbox.events (type, payload, destination, traceparent)
+             VALUES ('ret.trace', '{}', 'ret',
+                     E'01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-\r\nX-Injected: 1')$$);
+SELECT try($$INSERT INTO outbox.events (type, payload, destination, next_attempt_at)
+             VALUES ('ret.never', '{}', 'ret', 'infinity')$$);
 SELECT try($$UPDATE outbox.events SET status = 'published' WHERE type LIKE 'ret.%'$$);
 SELECT try($$DELETE FROM outbox.events WHERE type LIKE 'ret.%'$$);
 -- the inserted row is claimed like an emitted one; the deferred one waits
