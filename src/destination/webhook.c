@@ -167,7 +167,12 @@ webhook_structured(const WebhookTarget *t, const OutboxMessage *ev)
 static void
 add_header_value(HttpRequest *req, const char *name, const char *value)
 {
-	char	   *line = psprintf("%s: %s", name, value);
+	/*
+	 * "Name:" with nothing (or blanks) after the colon tells curl to leave
+	 * the header out; "Name;" sends it with an empty value.
+	 */
+	char	   *line = (value[strspn(value, " \t")] == '\0') ?
+		psprintf("%s;", name) : psprintf("%s: %s", name, value);
 
 	HttpRequestAddHeader(req, line);
 	pfree(line);
@@ -474,6 +479,14 @@ webhook_build_request(void *target, OutboxMessage *const *msgs, int n,
 	const OutboxMessage *ev = msgs[0];
 	bool		structured = webhook_structured(t, ev);
 
+	/*
+	 * Stored by a version that let any text follow a later version's fields
+	 * (0.4.0): a traceparent that is not valid now is left out, not sent as
+	 * a header line (emit() and the insert trigger refuse it).
+	 */
+	bool		traceparent = (ev->traceparent != NULL &&
+							   OutboxTraceparentIsValid(ev->traceparent));
+
 	req->http_version = t->http_version;
 	if (t->batch != WEBHOOK_BATCH_NONE)
 		return webhook_build_batch(t, msgs, n, req);
@@ -491,11 +504,11 @@ webhook_build_request(void *target, OutboxMessage *const *msgs, int n,
 			add_ce_header(req, "ce-subject", ev->aggregate_id);
 		if (ev->time)
 			add_ce_header(req, "ce-time", ev->time);
-		if (ev->traceparent)
+		if (traceparent)
 			add_ce_header(req, "ce-traceparent", ev->traceparent);
 	}
 	add_header_value(req, "Idempotency-Key", ev->id);
-	if (ev->traceparent)
+	if (traceparent)
 		add_header_value(req, "traceparent", ev->traceparent);
 	if (t->signing_keys != NIL)
 		webhook_sign(t, ev->id, req);
