@@ -142,9 +142,9 @@ is_lower_hex(const char *s, int len, bool *all_zero)
 /*
  * W3C Trace Context, level 1: version-traceid-parentid-flags, lower-case
  * hex.  Version ff is invalid, all-zero ids are invalid, and version 00
- * has exactly four fields.  Later versions may append fields after a dash:
- * of lower-case letters, digits and dashes, up to TRACEPARENT_MAX_LEN in
- * all.  The
+ * has exactly four fields.  Later versions may append fields after a dash,
+ * which are not parsed (W3C: a parser must not assume anything about
+ * them): any visible ASCII, up to TRACEPARENT_MAX_LEN in all.  The
  * value becomes an HTTP header line as it is, so nothing else may pass
  * (a line break in an appended field split the request on the wire).
  */
@@ -178,7 +178,7 @@ OutboxTraceparentIsValid(const char *value)
 	{
 		char		c = value[i];
 
-		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-'))
+		if (c < 0x21 || c > 0x7e)
 			return false;
 	}
 	return true;

@@ -294,7 +294,7 @@ outbox__events_insert(PG_FUNCTION_ARGS)
 	if (!ev_nulls[EV_TRACEPARENT - 1])
 		emit_check_traceparent(TextDatumGetCString(ev_values[EV_TRACEPARENT - 1]));
 	if (!ev_nulls[EV_NEXT_ATTEMPT_AT - 1] &&
-		TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(ev_values[EV_NEXT_ATTEMPT_AT - 1])))
+		TIMESTAMP_IS_NOEND(DatumGetTimestampTz(ev_values[EV_NEXT_ATTEMPT_AT - 1])))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("next_attempt_at of an event must be a finite time"),
@@ -439,7 +439,7 @@ emit_check_traceparent(const char *traceparent)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid traceparent \"%s\"", traceparent),
-				 errdetail("A traceparent has the form \"00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>\" in lower case, with non-zero ids; a later version may append fields of lower-case letters, digits and dashes after a dash, up to 512 characters in all.")));
+				 errdetail("A traceparent has the form \"00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>\" in lower case, with non-zero ids; a later version may append fields of visible ASCII characters (no spaces or control characters) after a dash, up to 512 characters in all.")));
 }
 
 /* The trace context: the argument, else the session/transaction setting. */

@@ -219,8 +219,6 @@ outbox_wait_published(PG_FUNCTION_ARGS)
 	{
 		char	   *status;
 		TimestampTz now;
-		long		secs;
-		int			usecs;
 		long		left_ms;
 
 		/* not read-only: every execution takes a new snapshot */
@@ -242,8 +240,7 @@ outbox_wait_published(PG_FUNCTION_ARGS)
 		now = GetCurrentTimestamp();
 		if (now >= deadline)
 			break;
-		TimestampDifference(now, deadline, &secs, &usecs);
-		left_ms = secs * 1000 + (usecs + 999) / 1000;
+		left_ms = TimestampDifferenceMilliseconds(now, deadline);	/* rounded up */
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(sleep_ms, left_ms), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -475,7 +475,11 @@ delivery_string_pairs(Datum jsonb_datum, int *n)
 	return pairs;
 }
 
-/* "Name: value" lines from a jsonb object of strings. */
+/*
+ * "Name: value" lines from a jsonb object of strings; "Name;" for an empty
+ * or blank value, which curl sends empty ("Name:" tells it to leave the
+ * header out).
+ */
 static List *
 delivery_header_lines(Datum jsonb_datum)
 {
@@ -484,7 +488,13 @@ delivery_header_lines(Datum jsonb_datum)
 	List	   *lines = NIL;
 
 	for (int i = 0; i < n; i++)
-		lines = lappend(lines, psprintf("%s: %s", pairs[i].name, pairs[i].value));
+	{
+		const char *v = pairs[i].value;
+
+		lines = lappend(lines, (v[strspn(v, " \t")] == '\0') ?
+						psprintf("%s;", pairs[i].name) :
+						psprintf("%s: %s", pairs[i].name, v));
+	}
 	return lines;
 }
 

@@ -24,7 +24,7 @@ $node->safe_psql('postgres', qq{
 	CREATE EXTENSION outbox_pg;
 	INSERT INTO outbox.destinations (name, url, signing_secrets, bearer_token, headers)
 	VALUES ('hook', '$sink->{url}/ok/hook', ARRAY['whsec_c29tZS1vbGQtc2VjcmV0', '$secret'],
-	        'tok-123', '{"X-Env": "test"}');
+	        'tok-123', '{"X-Env": "test", "X-Blank": ""}');
 	INSERT INTO outbox.destinations (name, url, format)
 	VALUES ('structured', '$sink->{url}/ok/structured', 'structured');
 	INSERT INTO outbox.routes (pattern, destination) VALUES ('order.*', 'hook');
@@ -62,6 +62,7 @@ is($rec->{headers}{traceparent}, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169
 is($rec->{headers}{'ce-traceparent'}, $rec->{headers}{traceparent}, 'ce-traceparent too');
 is($rec->{headers}{authorization}, 'Bearer tok-123', 'bearer token');
 is($rec->{headers}{'x-env'}, 'test', 'destination header');
+is($rec->{headers}{'x-blank'}, '', 'a destination header with an empty value is sent, empty');
 is($rec->{headers}{'x-tenant'}, 'acme', 'event header');
 is($rec->{headers}{'x-empty'}, '', 'an event header with an empty value is sent, empty (curl dropped it)');
 like($rec->{time}, qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z$/, 'ce-time is RFC 3339 UTC');
