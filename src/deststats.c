@@ -749,8 +749,9 @@ OutboxCircuitNote(DestStats *ds, bool failed, TimestampTz started_at,
  * counts its round when it is recorded (OutboxCircuitNote), and finds the
  * circuit open: its event is not charged either.  Until then a success
  * closes the circuit only if its request was sent after the answer came
- * (the probe): answers to requests already in flight do not end the wait.  Returns the transition
- * (CIRCUIT_OPENED or CIRCUIT_UNCHANGED); *log_it as for OutboxCircuitNote.
+ * (the probe): answers to requests already in flight do not end the wait.
+ * Returns the transition (CIRCUIT_OPENED or CIRCUIT_UNCHANGED); *log_it as
+ * for OutboxCircuitNote.
  * Called by the caller only with the circuit breaker on.
  */
 CircuitTransition

@@ -17,10 +17,11 @@
  * lasts, and a relay that connects meanwhile exits at once), asks the
  * running relays to exit (SIGTERM, sent again every second; the slot is
  * marked first, so a relay flushing a broker client does not wait for its
- * confirmations) and waits for them, up to DDL_STOP_WAIT_MS; PostgreSQL's own wait for sessions follows.  Once
- * the statement holds its lock on the database, a relay that starts waits
- * for that lock before it counts as a session.  The hold ends with the
- * statement, whether it succeeded or failed; the relays start again
+ * confirmations) and waits for them, up to DDL_STOP_WAIT_MS; PostgreSQL's
+ * own wait for sessions follows.  Once the statement holds its lock on
+ * the database, a relay that starts waits for that lock before it counts
+ * as a session.  The hold ends with the statement, whether it succeeded
+ * or failed; the relays start again
  * (under the new name, or from the new tablespace), and a relay stopped
  * this way does not count as a failure that delays its restart.  After a
  * DROP the hold is left to run out, and when the transaction ends the

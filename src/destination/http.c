@@ -203,6 +203,19 @@ http_write_callback(char *data, size_t size, size_t nmemb, void *userp)
 }
 
 /*
+ * The header line "Name: value" (palloc'd), or "Name;" for an empty or
+ * blank value: curl leaves out a header with nothing after its colon, and
+ * sends "Name;" as the header with an empty value.
+ */
+char *
+HttpHeaderLine(const char *name, const char *value)
+{
+	if (value[strspn(value, " \t")] == '\0')
+		return psprintf("%s;", name);
+	return psprintf("%s: %s", name, value);
+}
+
+/*
  * Looks only for Retry-After: delay-seconds, or an HTTP-date (RFC 9110:
  * IMF-fixdate, or the obsolete RFC 850 and asctime forms), which becomes
  * the seconds from now to then (0 if past).  Anything else is ignored.

@@ -107,6 +107,7 @@ extern HttpRequest *HttpClientWait(HttpClient *client, long timeout_ms,
 extern int	HttpClientRunning(HttpClient *client);
 extern int	HttpClientMaxConnections(HttpClient *client);
 extern void HttpRequestAddHeader(HttpRequest *req, const char *line);
+extern char *HttpHeaderLine(const char *name, const char *value);
 extern void HttpClientSkip(HttpClient *client, HttpRequest *req);
 extern bool HttpClientWatch(HttpClient *client, pgsocket fd, uint32 events);
 extern bool HttpClientHttp2(void);

@@ -167,12 +167,7 @@ webhook_structured(const WebhookTarget *t, const OutboxMessage *ev)
 static void
 add_header_value(HttpRequest *req, const char *name, const char *value)
 {
-	/*
-	 * "Name:" with nothing (or blanks) after the colon tells curl to leave
-	 * the header out; "Name;" sends it with an empty value.
-	 */
-	char	   *line = (value[strspn(value, " \t")] == '\0') ?
-		psprintf("%s;", name) : psprintf("%s: %s", name, value);
+	char	   *line = HttpHeaderLine(name, value);
 
 	HttpRequestAddHeader(req, line);
 	pfree(line);
@@ -478,18 +473,19 @@ webhook_build_request(void *target, OutboxMessage *const *msgs, int n,
 	const WebhookTarget *t = (const WebhookTarget *) target;
 	const OutboxMessage *ev = msgs[0];
 	bool		structured = webhook_structured(t, ev);
+	bool		traceparent;
+
+	req->http_version = t->http_version;
+	if (t->batch != WEBHOOK_BATCH_NONE)
+		return webhook_build_batch(t, msgs, n, req);
 
 	/*
 	 * Stored by a version that let any text follow a later version's fields
 	 * (0.4.0): a traceparent that is not valid now is left out, not sent as
 	 * a header line (emit() and the insert trigger refuse it).
 	 */
-	bool		traceparent = (ev->traceparent != NULL &&
-							   OutboxTraceparentIsValid(ev->traceparent));
-
-	req->http_version = t->http_version;
-	if (t->batch != WEBHOOK_BATCH_NONE)
-		return webhook_build_batch(t, msgs, n, req);
+	traceparent = (ev->traceparent != NULL &&
+				   OutboxTraceparentIsValid(ev->traceparent));
 	webhook_body(t, ev, structured, req);
 	if (structured)
 		HttpRequestAddHeader(req, "Content-Type: application/cloudevents+json; charset=utf-8");

@@ -475,11 +475,7 @@ delivery_string_pairs(Datum jsonb_datum, int *n)
 	return pairs;
 }
 
-/*
- * "Name: value" lines from a jsonb object of strings; "Name;" for an empty
- * or blank value, which curl sends empty ("Name:" tells it to leave the
- * header out).
- */
+/* Header lines (HttpHeaderLine) from a jsonb object of strings. */
 static List *
 delivery_header_lines(Datum jsonb_datum)
 {
@@ -488,13 +484,7 @@ delivery_header_lines(Datum jsonb_datum)
 	List	   *lines = NIL;
 
 	for (int i = 0; i < n; i++)
-	{
-		const char *v = pairs[i].value;
-
-		lines = lappend(lines, (v[strspn(v, " \t")] == '\0') ?
-						psprintf("%s;", pairs[i].name) :
-						psprintf("%s: %s", pairs[i].name, v));
-	}
+		lines = lappend(lines, HttpHeaderLine(pairs[i].name, pairs[i].value));
 	return lines;
 }
 
