@@ -25,6 +25,16 @@ each request.  On a throwaway cluster:
       to 256 events per claim, committed per claim, with the relay's session
       settings (generic plans, synchronous_commit off), no HTTP: what the
       relay could reach if sending cost nothing.
+  (f) the issue's drain limit (issue #17), same run: a copy of the backlog
+      in a plain table with a status column, drained by a procedure with
+      UPDATE ... SET status = 'published' WHERE id IN (SELECT ... ORDER BY
+      next_attempt_at, id LIMIT 100 FOR UPDATE SKIP LOCKED), committed per
+      batch: the 0.2 store's claim, the shape an application outbox has;
+  (g) the sink's own limit, same run: wrk (one thread) sending requests of
+      the relay's size (its body and CloudEvents headers) to the same nginx
+      for BENCH_SINK_SECONDS (3) on 1 and on 64 keep-alive connections,
+      PostgreSQL idle: what this machine answers when the sender costs
+      almost nothing.
 
 Environment: BENCH_EVENTS (100000), BENCH_LATENCY_EVENTS (1000),
 BENCH_OPEN_RATE (5000; 0 skips (e)), BENCH_OPEN_SECONDS (10),
@@ -66,6 +76,7 @@ OPEN_SECONDS = int(os.environ.get("BENCH_OPEN_SECONDS", "10"))
 DEST_OPTIONS = os.environ.get("BENCH_DEST_OPTIONS") or "{}"
 MAX_CONCURRENCY = int(os.environ.get("BENCH_MAX_CONCURRENCY") or 256)
 SETTINGS = os.environ.get("BENCH_SETTINGS", "").replace(";", "\n")
+SINK_SECONDS = int(os.environ.get("BENCH_SINK_SECONDS", "3"))
 
 
 def free_port():
@@ -243,6 +254,78 @@ END $$""")
     return drained / elapsed
 
 
+def issue_drain(cur):
+    """The drain limit as issue #17 measured it on the 0.2 store: the same
+    number of events copied into a plain table with a status column,
+    drained 100 at a time by UPDATE ... WHERE id IN (SELECT ... FOR UPDATE
+    SKIP LOCKED), committed per batch, with the relay's session settings;
+    events/s."""
+    cur.execute(f"""
+CREATE TABLE bench_issue_outbox (id uuid PRIMARY KEY, status text NOT NULL DEFAULT 'pending',
+                                 next_attempt_at timestamptz NOT NULL DEFAULT now(),
+                                 type text NOT NULL, payload jsonb NOT NULL);
+CREATE INDEX ON bench_issue_outbox (next_attempt_at, id) WHERE status = 'pending';
+INSERT INTO bench_issue_outbox (id, type, payload)
+    SELECT gen_random_uuid(), 'bench.event', '{PAYLOAD}' FROM generate_series(1, {N})""")
+    cur.execute("VACUUM ANALYZE bench_issue_outbox")
+    cur.execute("""
+CREATE OR REPLACE PROCEDURE bench_issue_drain(INOUT drained bigint DEFAULT 0) LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+BEGIN
+    LOOP
+        UPDATE bench_issue_outbox SET status = 'published'
+         WHERE id IN (SELECT id FROM bench_issue_outbox WHERE status = 'pending'
+                       ORDER BY next_attempt_at, id LIMIT 100 FOR UPDATE SKIP LOCKED);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        EXIT WHEN n = 0;
+        drained := drained + n;
+        COMMIT;
+    END LOOP;
+END $$""")
+    cur.execute("SET plan_cache_mode = force_generic_plan")
+    cur.execute("SET synchronous_commit = off")
+    t0 = time.time()
+    cur.execute("CALL bench_issue_drain()")
+    drained = cur.fetchone()[0]
+    elapsed = time.time() - t0
+    cur.execute("RESET plan_cache_mode")
+    cur.execute("RESET synchronous_commit")
+    cur.execute("DROP TABLE bench_issue_outbox")
+    print(f"  the issue's drain: {drained} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
+    return drained / elapsed
+
+
+def sink_limit(tmp, url, connections):
+    """Requests/s the nginx sink answers to wrk (one thread) on this many
+    keep-alive connections, requests of the relay's size; None without
+    wrk (test/install-deps bench installs it)."""
+    if not shutil.which("wrk"):
+        return None
+    script = os.path.join(tmp, "sink.lua")
+    with open(script, "w") as f:
+        f.write(f"""wrk.method = "POST"
+wrk.body = '{PAYLOAD}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["ce-specversion"] = "1.0"
+wrk.headers["ce-id"] = "0193a0b2-7c4e-7d2a-9f1e-3b5c6d7e8f90"
+wrk.headers["ce-type"] = "bench.event"
+wrk.headers["ce-source"] = "/outbox_pg/postgres"
+wrk.headers["ce-subject"] = "421"
+wrk.headers["ce-time"] = "2026-12-06T19:40:54.123456Z"
+""")
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{SINK_SECONDS}s", "-s", script, url],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith("Requests/sec:"):
+            rate = float(line.split()[1])
+            print(f"  the sink alone (wrk, {connections} connections): {rate:.0f} requests/s",
+                  file=sys.stderr, flush=True)
+            return rate
+    print(f"  the sink alone (wrk, {connections} connections): no result", file=sys.stderr, flush=True)
+    return None
+
+
 def open_loop(tmp, dsn, cur):
     """(e): pgbench offers OPEN_RATE single-event commits a second for
     OPEN_SECONDS on a schedule; returns (p50, p99, p99.9, events delivered,
@@ -306,6 +389,7 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         cur.execute("SELECT array_agg(pid) FROM outbox.workers() WHERE database = 'postgres' AND pid IS NOT NULL")
         relay_pids = cur.fetchone()[0] or []
         cpu0 = sum(cpu_seconds(p) or 0 for p in relay_pids)
+        busy0 = machine_jiffies()
         rss = [rss_kb(relay_pid)]
         perf = None
         if PERF:
@@ -328,6 +412,9 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
             time.sleep(0.02)
         elapsed = time.time() - t0
         cpu1 = sum(cpu_seconds(p) or 0 for p in relay_pids)
+        busy1 = machine_jiffies()
+        results["machine_busy"] = (os.cpu_count() * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
+                                   (cpu1 - cpu0) / elapsed)
         if perf:
             perf.send_signal(signal.SIGINT)
             perf.wait()
@@ -389,6 +476,10 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         cur.execute("UPDATE outbox.destinations SET paused = true")
         emit_backlog(cur)
         results["sql_eps"] = sql_drain(cur, "bench")
+        # (f) the same number of events drained the way the issue did
+        results["issue_eps"] = issue_drain(cur)
+        # (g) the sink alone, PostgreSQL idle
+        results["sink"] = [(c, sink_limit(tmp, url, c)) for c in (1, 64)]
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
         subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
@@ -404,9 +495,20 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
     print(f"| commit-to-sink p50 (ms) | {r['relay_lat'][0]:.1f} | {r['app_lat'][0]:.1f} | {r['app_lat'][0] / max(r['relay_lat'][0], 0.01):.0f}x faster |")
     print(f"| commit-to-sink p99 (ms) | {r['relay_lat'][1]:.1f} | {r['app_lat'][1]:.1f} | {r['app_lat'][1] / max(r['relay_lat'][1], 0.01):.0f}x faster |")
     print()
-    print(f"relay workers' CPU per event (user + system, all workers): {r['relay_cpu_us']:.0f} µs")
+    print(f"relay workers' CPU per event (user + system, all workers): {r['relay_cpu_us']:.0f} µs; "
+          f"during (a) the machine was busy {r['machine_busy'][0]:.2f} of its {os.cpu_count()} cores, "
+          f"the relay workers {r['machine_busy'][1]:.2f}")
     print(f"the database's own drain limit, same run (claim + acknowledge by a procedure, no HTTP): "
           f"{r['sql_eps']:.0f} events/s; the relay reached {r['relay_eps'] / r['sql_eps']:.2f}x of it")
+    print(f"the issue's drain limit, same run (status-column UPDATE ... FOR UPDATE SKIP LOCKED, 100 a commit): "
+          f"{r['issue_eps']:.0f} events/s; the relay reached {r['relay_eps'] / r['issue_eps']:.2f}x of it")
+    for c, rate in r["sink"]:
+        if rate is None:
+            print(f"the sink's own limit on {c} connection(s): not measured (no wrk; test/install-deps bench)")
+        else:
+            print(f"the sink's own limit, same run (wrk, one thread, {c} connection{'s' if c > 1 else ''}, "
+                  f"requests of the relay's size): {rate:.0f} requests/s; the relay reached "
+                  f"{r['relay_eps'] / rate:.2f}x of it")
     if "open" in r:
         p50, p99, p999, got, emitted, lag = r["open"]
         print(f"open loop, {OPEN_RATE} events/s offered for {OPEN_SECONDS} s (pgbench -R, 4 clients, "
