@@ -88,7 +88,6 @@ static bool inbox_insert_unless_exists(Oid relid, const char *table, int natts,
 static char *inbox_text_arg(FunctionCallInfo fcinfo, int argno,
 							const char *what, int maxlen);
 static void inbox_check_message_id(FunctionCallInfo fcinfo);
-static double interval_seconds(const Interval *span);
 static char *seconds_to_text(int64 secs);
 static Oid	inbox_relid(Oid relid, const char *name);
 
@@ -207,15 +206,6 @@ inbox_check_message_id(FunctionCallInfo fcinfo)
 	(void) inbox_text_arg(fcinfo, 0, "message id", OUTBOX_MAX_ID_LEN);
 }
 
-/* Seconds spanned by an interval, months counted as 30 days. */
-static double
-interval_seconds(const Interval *span)
-{
-	return (double) span->time / USECS_PER_SEC +
-		(double) span->day * SECS_PER_DAY +
-		(double) span->month * DAYS_PER_MONTH * SECS_PER_DAY;
-}
-
 static char *
 seconds_to_text(int64 secs)
 {
@@ -260,16 +250,22 @@ inbox_claim(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		Interval   *ttl = PG_GETARG_INTERVAL_P(2);
-
-		ttl_secs = interval_seconds(ttl);
+		/*
+		 * The checks below are of the time the claim is actually kept: the
+		 * ttl as the calendar applies it from now (a month of 28 to 31
+		 * days, a day of 23 to 25 hours across a change of daylight saving
+		 * time), not with months of 30 days, which let a ttl pass the
+		 * checks and then expire sooner, or at once.
+		 */
+		expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+															 TimestampTzGetDatum(now),
+															 PG_GETARG_DATUM(2)));
+		ttl_secs = TIMESTAMP_NOT_FINITE(expires_at) ? -1 :
+			(double) (expires_at - now) / USECS_PER_SEC;
 		if (ttl_secs < OUTBOX_MIN_CLAIM_TTL || ttl_secs > OUTBOX_MAX_CLAIM_TTL)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("claim ttl must be between 1 second and 10 years")));
-		expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-															 TimestampTzGetDatum(now),
-															 PointerGetDatum(ttl)));
 	}
 
 	if (ttl_secs < outbox_redelivery_window)

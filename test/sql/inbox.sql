@@ -50,6 +50,27 @@ SELECT try($$SELECT inbox.claim('m-9', '')$$);
 SELECT try($$SELECT inbox.claim('m-9', ttl => '0')$$);
 SELECT try($$SELECT inbox.claim('m-9', ttl => '-1 day')$$);
 SELECT try($$SELECT inbox.claim('m-9', ttl => '11 years')$$);
+-- the ttl is checked as the calendar applies it from now, not with months
+-- of 30 days: 121 months are over 10 years (3,630 days of 30), and the
+-- detail gives the days of the month that starts today
+SELECT try($$SELECT inbox.claim('m-9', ttl => '121 mon')$$);
+SET outbox.redelivery_window = '40d';
+DO $$
+DECLARE
+    detail text;
+    secs bigint := extract(epoch FROM (now() + interval '1 mon') - now());
+BEGIN
+    PERFORM inbox.claim('m-9', ttl => '1 mon');
+    RAISE NOTICE 'accepted';
+EXCEPTION WHEN invalid_parameter_value THEN
+    GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+    RAISE NOTICE 'refused; the detail gives the calendar month from now: %',
+        detail LIKE 'The claim would be kept for ' ||
+            CASE WHEN secs % 86400 = 0 THEN secs / 86400 || ' days'
+                 WHEN secs % 3600 = 0 THEN secs / 3600 || ' hours'
+                 ELSE secs || ' seconds' END || ',%';
+END $$;
+RESET outbox.redelivery_window;
 SELECT try($$SELECT inbox.claim('m-9', ttl => '1 hour')$$);
 -- (the range's wording differs between majors: "(1 .. 315576000)" up to
 -- 16, "(1 s .. 315576000 s)" from 17)
