@@ -473,19 +473,11 @@ webhook_build_request(void *target, OutboxMessage *const *msgs, int n,
 	const WebhookTarget *t = (const WebhookTarget *) target;
 	const OutboxMessage *ev = msgs[0];
 	bool		structured = webhook_structured(t, ev);
-	bool		traceparent;
 
 	req->http_version = t->http_version;
 	if (t->batch != WEBHOOK_BATCH_NONE)
 		return webhook_build_batch(t, msgs, n, req);
 
-	/*
-	 * Stored by a version that let any text follow a later version's fields
-	 * (0.4.0): a traceparent that is not valid now is left out, not sent as
-	 * a header line (emit() and the insert trigger refuse it).
-	 */
-	traceparent = (ev->traceparent != NULL &&
-				   OutboxTraceparentIsValid(ev->traceparent));
 	webhook_body(t, ev, structured, req);
 	if (structured)
 		HttpRequestAddHeader(req, "Content-Type: application/cloudevents+json; charset=utf-8");
@@ -500,11 +492,11 @@ webhook_build_request(void *target, OutboxMessage *const *msgs, int n,
 			add_ce_header(req, "ce-subject", ev->aggregate_id);
 		if (ev->time)
 			add_ce_header(req, "ce-time", ev->time);
-		if (traceparent)
+		if (ev->traceparent)
 			add_ce_header(req, "ce-traceparent", ev->traceparent);
 	}
 	add_header_value(req, "Idempotency-Key", ev->id);
-	if (traceparent)
+	if (ev->traceparent)
 		add_header_value(req, "traceparent", ev->traceparent);
 	if (t->signing_keys != NIL)
 		webhook_sign(t, ev->id, req);

@@ -106,6 +106,7 @@
 #include "retry.h"
 #include "deststats.h"
 #include "peertext.h"
+#include "util.h"
 #include "worker/worker.h"
 #include "worker/relay.h"
 #include "destination/http.h"
@@ -1237,6 +1238,15 @@ delivery_fill_events(TupleDesc desc, List *events)
 		if (!isnull)
 			ev->msg.headers = delivery_string_pairs(headers, &ev->msg.nheaders);
 		ev->msg.traceparent = SPI_getvalue(tup, desc, 6);
+
+		/*
+		 * A traceparent that is not valid now (stored by 0.4.0, which let any
+		 * text follow a later version's fields) is left out of every kind's
+		 * message: headers, bodies and attributes alike.
+		 */
+		if (ev->msg.traceparent != NULL &&
+			!OutboxTraceparentIsValid(ev->msg.traceparent))
+			ev->msg.traceparent = NULL;
 		if (TupleDescAttr(desc, 6)->atttypid == TIMESTAMPTZOID)
 			ev->msg.time = delivery_event_time(SPI_getbinval(tup, desc, 7,
 															 &isnull));

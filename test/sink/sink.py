@@ -232,7 +232,7 @@ class Handler(BaseHTTPRequestHandler):
                 "type": etype, "subject": subject, "time": etime, "data": data, "format": mode,
                 "ce_ok": ce_ok, "sig_ok": sig_ok, "nth": nth,
                 "answer": answer, "batch": len(events) if mode.startswith("batch") else None,
-                "headers": headers,
+                "headers": headers, "body_traceparent": b'"traceparent"' in body,
             }
             lines.append(json.dumps(record) + "\n")
         with LOCK:

@@ -113,6 +113,26 @@ is($rec->{format}, 'structured', 'structured mode');
 ok($rec->{ce_ok}, 'structured CloudEvent is valid');
 is_deeply($rec->{data}, { name => 'Ana' }, 'payload under data');
 
+# the stored traceparent that is no longer valid is left out of a
+# structured event's body too (a valid one is in it)
+$bad = (split /\n/, $node->safe_psql('postgres', qq{
+	BEGIN;
+	SELECT outbox.emit('order.marker1', 'o-t', '{}');
+	INSERT INTO outbox.log_$slot (id, xid, type, payload, traceparent, destination, created_at)
+	VALUES (gen_random_uuid(), pg_current_xact_id(), 'order.trace', '{}',
+	        E'01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-\r\nX-Injected: 1', 'structured', now())
+	RETURNING id;
+	COMMIT;
+}))[-1];
+my $good = $node->safe_psql('postgres', q{SELECT outbox.emit('order.trace', 'o-t', '{}', destination => 'structured',
+	traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')});
+ok(wait_until(sub { scalar(grep { my $i = $_->{id} // ''; $i eq $bad || $i eq $good } sink_records($sink)) == 2 }, 30),
+	'structured events with an invalid and a valid stored traceparent are delivered');
+($badrec) = grep { ($_->{id} // '') eq $bad } sink_records($sink);
+my ($goodrec) = grep { ($_->{id} // '') eq $good } sink_records($sink);
+ok(!$badrec->{body_traceparent} && $goodrec->{body_traceparent},
+	'the invalid traceparent is not in the structured body, the valid one is');
+
 # wake at commit: with a 60 s poll only the commit wake can deliver quickly
 $node->append_conf('postgresql.conf', "outbox.poll_interval = '60s'\n");
 $node->reload;
