@@ -84,7 +84,11 @@
  * aggregate due again if it was set aside (release_plan; a never-attempted
  * one at its received_at, its place in the queue): an aggregate goes one
  * message after the other without waiting for those times, also when an
- * operator moved a retry forward.  A row locked by someone else is left
+ * operator moved a retry forward.  Only a first pending message behind the
+ * settled one (a higher seq) is released: one before it was not waiting for
+ * it, and a failed ordered message waiting for its retry lost its backoff
+ * each time a later message of its aggregate of an unordered type was
+ * processed.  A row locked by someone else is left
  * alone (SKIP LOCKED: another worker's lease may be walking it); at worst
  * it waits for the time it was set aside to.
  *
@@ -144,6 +148,7 @@
 
 #include "outbox_pg.h"
 #include "guc.h"
+#include "peertext.h"
 #include "retry.h"
 #include "worker/worker.h"
 
@@ -279,7 +284,9 @@ inbox_prepare_plans(void)
 				   " WHERE f.id OPERATOR(pg_catalog.=) ANY (ARRAY("
 				   "        SELECT h.id FROM inbox.messages AS h"
 				   "         WHERE h.id OPERATOR(pg_catalog.=) ANY (ARRAY("
-				   "                SELECT (SELECT a.id FROM inbox.messages AS a"
+				   "                SELECT (SELECT CASE WHEN a.seq OPERATOR(pg_catalog.>) e.seq"
+				   "                                    THEN a.id END"
+				   "                          FROM inbox.messages AS a"
 				   "                         WHERE a.aggregate_id OPERATOR(pg_catalog.=) e.aggregate_id"
 				   "                           AND a.status OPERATOR(pg_catalog.=) 'pending'"
 				   "                         ORDER BY a.seq LIMIT 1)"
@@ -399,26 +406,28 @@ inbox_run_step(void *arg)
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ConstraintsSetStmt immediate = {.type = T_ConstraintsSetStmt};
 
-	/*
-	 * Constraints are checked at the end of each statement of a handler, not
-	 * deferred to the commit: a handler runs as a security-restricted
-	 * operation, where PostgreSQL refuses to queue a deferred trigger, and
-	 * every write to a table with a DEFERRABLE INITIALLY DEFERRED foreign
-	 * key failed (42501).  Set before the handlers, outside their
-	 * restricted context; this subtransaction's rollback undoes it.  It
-	 * fires what is pending deferred (nothing is): an error is charged to
-	 * the first message.
-	 */
-	run->at = run->from;
-	AfterTriggerSetState(&immediate);
-
-	for (; run->at < run->to; run->at++)
+	for (run->at = run->from; run->at < run->to; run->at++)
 	{
 		InboxMessage *msg = &run->msgs[run->at];
 
 		if (msg->error != NULL)
 			continue;			/* no handler matches */
 		CHECK_FOR_INTERRUPTS();
+
+		/*
+		 * Constraints are checked at the end of each statement of a
+		 * handler, not deferred to the commit: a handler runs as a
+		 * security-restricted operation, where PostgreSQL refuses to queue a
+		 * deferred trigger, and every write to a table with a DEFERRABLE
+		 * INITIALLY DEFERRED foreign key failed (42501).  Set outside the
+		 * handler's restricted context, before each handler: the mode is
+		 * transaction state, not a setting its GUC level restores, so a
+		 * handler's SET CONSTRAINTS ALL DEFERRED outlived it and failed the
+		 * next handlers of the range.  Nothing is pending deferred here (a
+		 * handler cannot queue it), so this fires nothing.  This
+		 * subtransaction's rollback undoes it.
+		 */
+		AfterTriggerSetState(&immediate);
 		MemoryContextSwitchTo(run->msgcxt);
 		inbox_call_handler(msg, run->messages_type);
 		MemoryContextSwitchTo(oldcxt);
@@ -481,6 +490,8 @@ inbox_run_range(InboxRun *base, int from, int to)
 		MemoryContextSwitchTo(oldcxt);
 		MemoryContextReset(base->msgcxt);
 		msg = &base->msgs[run.at];
+		if (edata->message == NULL)
+			edata->message = pstrdup("");
 		/* cut between characters: the text is stored and dumped */
 		msg->error = psprintf("%s: %.*s", unpack_sql_state(edata->sqlerrcode),
 							  pg_mbcliplen(edata->message, strlen(edata->message),
@@ -514,11 +525,20 @@ inbox_record_failure(InboxMessage *msg, const char *error)
 	args[3] = CStringGetTextDatum(error);
 	if (SPI_execute_plan(failed_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record an inbox handler failure");
+	/*
+	 * The id is the sender's and the error often quotes the payload (a
+	 * handler's cast of one of its values): both are made safe to log as
+	 * a peer's text is (peertext.c), so a carriage return or an escape
+	 * sequence in them cannot rewrite the log line on a terminal.
+	 */
 	if (dead)
 		ereport(LOG,
 				(errmsg("outbox_pg inbox message \"%s\" is dead after %d attempts",
-						msg->id, msg->attempts),
-				 errdetail_internal("%s", error),
+						OutboxPeerText(msg->id, strlen(msg->id), false, NULL,
+									   OUTBOX_ERROR_LEN),
+						msg->attempts),
+				 errdetail_internal("%s", OutboxPeerText(error, strlen(error), false,
+														 NULL, 8 * OUTBOX_ERROR_LEN)),
 				 errhint("Fix the handler, then call inbox.redrive() or inbox.purge().")));
 	return dead;
 }

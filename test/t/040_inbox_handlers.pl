@@ -456,6 +456,80 @@ ok($node->poll_query_until('postgres', q{
 	'and messages are processed');
 $node->safe_psql('postgres', q{DROP TRIGGER keep_messages ON inbox.messages});
 
+# --- a handler's SET CONSTRAINTS ALL DEFERRED ends with it: the mode is
+# transaction state that its settings' rollback does not restore, and the
+# next handler of the batch that wrote to a table with a deferrable foreign
+# key failed (42501)
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION public.defer_all(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN
+	    SET CONSTRAINTS ALL DEFERRED;
+	END $$;
+	SELECT inbox.register_handler('defer.*', 'public.defer_all(inbox.messages)', max_attempts => 1);
+	BEGIN;
+	SELECT inbox.receive('defer-1', 'defer.all', '{}');
+	SELECT inbox.receive('book-3', 'book.entry', '{"account": "acc-1"}');
+	COMMIT;
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 2 FROM inbox.messages WHERE id IN ('defer-1', 'book-3') AND status <> 'pending'}),
+	'SET CONSTRAINTS in a handler: both messages are settled');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(id || ' ' || status || ' ' || coalesce(left(last_error, 5), '-'), ', ' ORDER BY id)
+	  FROM inbox.messages WHERE id IN ('defer-1', 'book-3')}),
+	'book-3 processed -, defer-1 processed -',
+	'the next handler of the batch is not deferred by it');
+
+# --- a dead message's id and error reach the server log escaped: a handler
+# error quoting the payload (a carriage return and an escape sequence in
+# it) cannot rewrite the log line on a terminal
+$log_offset = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION public.quote_payload(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN
+	    RAISE EXCEPTION 'bad amount: %', m.payload ->> 'a';
+	END $$;
+	SELECT inbox.register_handler('quote.*', 'public.quote_payload(inbox.messages)', max_attempts => 1);
+	SELECT inbox.receive('quote-1' || chr(8238), 'quote.it', '{"a": "x\r\u001b[31mred"}');
+});
+ok($node->wait_for_log(qr/inbox message "quote-1\\u202E" is dead after 1 attempts/i, $log_offset),
+	'the dead message is logged, its id escaped');
+my $logged = slurp_file($node->logfile, $log_offset);
+ok($logged =~ /bad amount: x\\r\\x1B\[31mred/i && $logged !~ /\x1b/ && $logged !~ /\r/,
+	'the error quoting the payload is logged escaped: no carriage return or escape byte');
+
+# --- an ordered message waiting for its retry keeps its backoff while later
+# messages of its aggregate with an unordered handler are processed: each
+# of them released it (made it due at once)
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION public.always_fail(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN
+	    RAISE EXCEPTION 'not yet';
+	END $$;
+	CREATE FUNCTION public.no_op(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$ BEGIN END $$;
+	SELECT inbox.register_handler('ord.*', 'public.always_fail(inbox.messages)',
+	                              max_attempts => 5, backoff_base_ms => 60000, backoff_max_ms => 60000,
+	                              ordered => true);
+	SELECT inbox.register_handler('unord.*', 'public.no_op(inbox.messages)');
+	SELECT inbox.receive('ord-1', 'ord.x', '{}', aggregate_id => 'Z');
+});
+ok($node->poll_query_until('postgres', q{SELECT attempts = 1 FROM inbox.messages WHERE id = 'ord-1' AND last_error IS NOT NULL}),
+	'the ordered message failed once');
+for my $i (1 .. 4)
+{
+	$node->safe_psql('postgres', qq{SELECT inbox.receive('unord-$i', 'unord.x', '{}', aggregate_id => 'Z')});
+	ok($node->poll_query_until('postgres', qq{SELECT status = 'processed' FROM inbox.messages WHERE id = 'unord-$i'}),
+		"unordered message $i of the aggregate is processed");
+}
+sleep(1);
+is($node->safe_psql('postgres', q{
+	SELECT attempts || ' ' || (next_attempt_at > now() + interval '30 s') FROM inbox.messages WHERE id = 'ord-1'}),
+	'1 true', 'the ordered message still waits for its retry a minute away: one attempt');
+
 # --- wake at commit: with a 60 s poll, a received message is processed at once
 $node->safe_psql('postgres', q{
 	ALTER SYSTEM SET outbox.poll_interval = '60s';
