@@ -151,6 +151,20 @@ def cpu_seconds(pid):
         return None
 
 
+def context_switches(pid):
+    """(voluntary, involuntary) context switches of a process so far."""
+    out = [0, 0]
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("voluntary_ctxt_switches:"):
+                out[0] = int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                out[1] = int(line.split()[1])
+    except OSError:
+        pass
+    return out
+
+
 def machine_jiffies():
     """(busy, all) jiffies of the whole machine since boot, all cores, from
     /proc/stat (busy: neither idle nor iowait).  Also used by
@@ -390,6 +404,7 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         relay_pids = cur.fetchone()[0] or []
         cpu0 = sum(cpu_seconds(p) or 0 for p in relay_pids)
         busy0 = machine_jiffies()
+        csw0 = [sum(x) for x in zip(*(context_switches(p) for p in relay_pids))] if relay_pids else [0, 0]
         rss = [rss_kb(relay_pid)]
         perf = None
         if PERF:
@@ -413,6 +428,8 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         elapsed = time.time() - t0
         cpu1 = sum(cpu_seconds(p) or 0 for p in relay_pids)
         busy1 = machine_jiffies()
+        csw1 = [sum(x) for x in zip(*(context_switches(p) for p in relay_pids))] if relay_pids else [0, 0]
+        results["csw"] = ((csw1[0] - csw0[0]) / N, (csw1[1] - csw0[1]) / N)
         results["machine_busy"] = (os.cpu_count() * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
                                    (cpu1 - cpu0) / elapsed)
         if perf:
@@ -497,7 +514,8 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
     print()
     print(f"relay workers' CPU per event (user + system, all workers): {r['relay_cpu_us']:.0f} µs; "
           f"during (a) the machine was busy {r['machine_busy'][0]:.2f} of its {os.cpu_count()} cores, "
-          f"the relay workers {r['machine_busy'][1]:.2f}")
+          f"the relay workers {r['machine_busy'][1]:.2f}; their context switches per event: "
+          f"{r['csw'][0]:.2f} waits, {r['csw'][1]:.2f} preemptions")
     print(f"the database's own drain limit, same run (claim + acknowledge by a procedure, no HTTP): "
           f"{r['sql_eps']:.0f} events/s; the relay reached {r['relay_eps'] / r['sql_eps']:.2f}x of it")
     print(f"the issue's drain limit, same run (status-column UPDATE ... FOR UPDATE SKIP LOCKED, 100 a commit): "
