@@ -256,15 +256,22 @@ BEGIN
         COMMIT;
     END LOOP;
 END $$""")
+    return timed_drain(cur, "SQL drain", "CALL bench_sql_drain(%s)", (dest,))
+
+
+def timed_drain(cur, what, call, args=()):
+    """Run a drain procedure (it returns the events it drained) with the
+    relay's session settings (relay.c: generic plans, synchronous_commit
+    off); events/s."""
     cur.execute("SET plan_cache_mode = force_generic_plan")
     cur.execute("SET synchronous_commit = off")
     t0 = time.time()
-    cur.execute("CALL bench_sql_drain(%s)", (dest,))
+    cur.execute(call, args)
     drained = cur.fetchone()[0]
     elapsed = time.time() - t0
     cur.execute("RESET plan_cache_mode")
     cur.execute("RESET synchronous_commit")
-    print(f"  SQL drain: {drained} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
+    print(f"  {what}: {drained} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
     return drained / elapsed
 
 
@@ -297,17 +304,9 @@ BEGIN
         COMMIT;
     END LOOP;
 END $$""")
-    cur.execute("SET plan_cache_mode = force_generic_plan")
-    cur.execute("SET synchronous_commit = off")
-    t0 = time.time()
-    cur.execute("CALL bench_issue_drain()")
-    drained = cur.fetchone()[0]
-    elapsed = time.time() - t0
-    cur.execute("RESET plan_cache_mode")
-    cur.execute("RESET synchronous_commit")
+    rate = timed_drain(cur, "the issue's drain", "CALL bench_issue_drain()")
     cur.execute("DROP TABLE bench_issue_outbox")
-    print(f"  the issue's drain: {drained} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
-    return drained / elapsed
+    return rate
 
 
 def sink_limit(tmp, url, connections):
@@ -333,7 +332,7 @@ wrk.headers["ce-time"] = "2026-12-06T19:40:54.123456Z"
     for line in out.splitlines():
         if line.startswith("Requests/sec:"):
             rate = float(line.split()[1])
-            print(f"  the sink alone (wrk, {connections} connections): {rate:.0f} requests/s",
+            print(f"  the sink alone (wrk, {connections} connection{'s' if connections > 1 else ''}): {rate:.0f} requests/s",
                   file=sys.stderr, flush=True)
             return rate
     print(f"  the sink alone (wrk, {connections} connections): no result", file=sys.stderr, flush=True)

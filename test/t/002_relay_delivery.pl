@@ -76,15 +76,23 @@ is($rec->{time}, $node->safe_psql('postgres', qq{
 # into the event's log slot, it is left out of the request, not sent as a
 # header line of its own
 my $slot = $node->safe_psql('postgres', qq{SELECT slot FROM outbox.log WHERE id = '$id'});
-my $bad = (split /\n/, $node->safe_psql('postgres', qq{
-	BEGIN;
-	SELECT outbox.emit('order.marker0', 'o-t', '{}');
-	INSERT INTO outbox.log_$slot (id, xid, type, payload, traceparent, destination, created_at)
-	VALUES (gen_random_uuid(), pg_current_xact_id(), 'order.trace', '{}',
-	        E'01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-\r\nX-Injected: 1', 'hook', now())
-	RETURNING id;
-	COMMIT;
-}))[-1];
+
+# an event for destination $dest with such a traceparent, written straight
+# into the log slot beside an emitted one; returns its id
+sub store_bad_traceparent
+{
+	my ($dest) = @_;
+	return (split /\n/, $node->safe_psql('postgres', qq{
+		BEGIN;
+		SELECT outbox.emit('order.marker0', 'o-t', '{}');
+		INSERT INTO outbox.log_$slot (id, xid, type, payload, traceparent, destination, created_at)
+		VALUES (gen_random_uuid(), pg_current_xact_id(), 'order.trace', '{}',
+		        E'01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-\r\nX-Injected: 1', '$dest', now())
+		RETURNING id;
+		COMMIT;
+	}))[-1];
+}
+my $bad = store_bad_traceparent('hook');
 ok(wait_until(sub { scalar(grep { ($_->{id} // '') eq $bad } sink_records($sink)) > 0 }, 30),
 	'an event with a stored traceparent that is no longer valid is delivered');
 my ($badrec) = grep { ($_->{id} // '') eq $bad } sink_records($sink);
@@ -115,15 +123,7 @@ is_deeply($rec->{data}, { name => 'Ana' }, 'payload under data');
 
 # the stored traceparent that is no longer valid is left out of a
 # structured event's body too (a valid one is in it)
-$bad = (split /\n/, $node->safe_psql('postgres', qq{
-	BEGIN;
-	SELECT outbox.emit('order.marker1', 'o-t', '{}');
-	INSERT INTO outbox.log_$slot (id, xid, type, payload, traceparent, destination, created_at)
-	VALUES (gen_random_uuid(), pg_current_xact_id(), 'order.trace', '{}',
-	        E'01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-\r\nX-Injected: 1', 'structured', now())
-	RETURNING id;
-	COMMIT;
-}))[-1];
+$bad = store_bad_traceparent('structured');
 my $good = $node->safe_psql('postgres', q{SELECT outbox.emit('order.trace', 'o-t', '{}', destination => 'structured',
 	traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')});
 ok(wait_until(sub { scalar(grep { my $i = $_->{id} // ''; $i eq $bad || $i eq $good } sink_records($sink)) == 2 }, 30),
