@@ -82,12 +82,16 @@ PG_FUNCTION_INFO_V1(inbox_pattern_matches);
 /* columns of inbox.claims */
 #define CLAIM_NATTS		4
 
+/* the most years any one part of a claim's ttl may span on its own */
+#define CLAIM_TTL_MAX_PART_YEARS	11
+
 static void claim_check_visible(EState *estate, Relation rel, ItemPointer tid);
 static bool inbox_insert_unless_exists(Oid relid, const char *table, int natts,
 									   Datum *values, bool *nulls);
 static char *inbox_text_arg(FunctionCallInfo fcinfo, int argno,
 							const char *what, int maxlen);
 static void inbox_check_message_id(FunctionCallInfo fcinfo);
+static double interval_seconds(const Interval *span);
 static char *seconds_to_text(int64 secs);
 static Oid	inbox_relid(Oid relid, const char *name);
 
@@ -206,6 +210,18 @@ inbox_check_message_id(FunctionCallInfo fcinfo)
 	(void) inbox_text_arg(fcinfo, 0, "message id", OUTBOX_MAX_ID_LEN);
 }
 
+/*
+ * Seconds spanned by an interval as interval comparisons count them:
+ * months of 30 days, days of 24 hours.
+ */
+static double
+interval_seconds(const Interval *span)
+{
+	return (double) span->time / USECS_PER_SEC +
+		(double) span->day * SECS_PER_DAY +
+		(double) span->month * DAYS_PER_MONTH * SECS_PER_DAY;
+}
+
 static char *
 seconds_to_text(int64 secs)
 {
@@ -250,22 +266,38 @@ inbox_claim(PG_FUNCTION_ARGS)
 	}
 	else
 	{
+		Interval   *ttl = PG_GETARG_INTERVAL_P(2);
+		TimestampTz floor_at;
+
 		/*
-		 * The checks below are of the time the claim is actually kept: the
-		 * ttl as the calendar applies it from now (a month of 28 to 31
-		 * days, a day of 23 to 25 hours across a change of daylight saving
-		 * time), not with months of 30 days, which let a ttl pass the
-		 * checks and then expire sooner, or at once.
+		 * The ttl is checked as interval comparisons measure it (months of
+		 * 30 days, days of 24 hours), so that a call accepted once is
+		 * accepted on every date; each part on its own must be within the
+		 * range too, so that adding it to now cannot overflow (22008).
 		 */
-		expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-															 TimestampTzGetDatum(now),
-															 PG_GETARG_DATUM(2)));
-		ttl_secs = TIMESTAMP_NOT_FINITE(expires_at) ? -1 :
-			(double) (expires_at - now) / USECS_PER_SEC;
-		if (ttl_secs < OUTBOX_MIN_CLAIM_TTL || ttl_secs > OUTBOX_MAX_CLAIM_TTL)
+		ttl_secs = interval_seconds(ttl);
+		if (ttl_secs < OUTBOX_MIN_CLAIM_TTL || ttl_secs > OUTBOX_MAX_CLAIM_TTL ||
+			Abs(ttl->month) > CLAIM_TTL_MAX_PART_YEARS * MONTHS_PER_YEAR ||
+			Abs(ttl->day) > CLAIM_TTL_MAX_PART_YEARS * DAYS_PER_YEAR ||
+			Abs(ttl->time) > (int64) (CLAIM_TTL_MAX_PART_YEARS * DAYS_PER_YEAR) * USECS_PER_DAY)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("claim ttl must be between 1 second and 10 years")));
+
+		/*
+		 * Kept until the ttl as the calendar adds it to now (a month of 28
+		 * to 31 days, a day of 23 to 25 hours across a change of daylight
+		 * saving time), but never less than the redelivery window checked
+		 * below, nor than a second: with 30-day months alone, '1 mon -28
+		 * days' passed the checks and expired at once in February.
+		 */
+		expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+															 TimestampTzGetDatum(now),
+															 PointerGetDatum(ttl)));
+		floor_at = now + (int64) Max(outbox_redelivery_window,
+									 OUTBOX_MIN_CLAIM_TTL) * USECS_PER_SEC;
+		if (expires_at < floor_at)
+			expires_at = floor_at;
 	}
 
 	if (ttl_secs < outbox_redelivery_window)
