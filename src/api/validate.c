@@ -670,6 +670,42 @@ config_report_check(Relation rel, const char *conname, Node *expr,
 			 errtableconstraint(rel, conname)));
 }
 
+/*
+ * A destination keeps its name once the event log exists (0.4.0).  Log rows
+ * are never changed, so they keep the name they were emitted with, while
+ * the destination's position in the log (outbox.streams and its batches)
+ * followed a rename: its batch in flight could no longer be acknowledged
+ * or recovered (an ordered destination stopped for good, and no log slot
+ * could be truncated again), and its events not claimed yet were left
+ * behind under the old name.  Before the log, the 0.3 table had no
+ * position to lose.
+ */
+static void
+config_refuse_rename(TupleDesc desc, AttrNumber key_attnum, HeapTuple oldtup,
+					 const char *newname)
+{
+	bool		isnull;
+	Datum		d;
+	char	   *oldname;
+
+	if (key_attnum == InvalidAttrNumber || newname == NULL ||
+		!OidIsValid(OutboxGetConfig()->log_relid))
+		return;
+	d = heap_getattr(oldtup, key_attnum, desc, &isnull);
+	if (isnull)
+		return;
+	oldname = TextDatumGetCString(d);
+	if (strcmp(oldname, newname) == 0)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("destination \"%s\" cannot be renamed", oldname),
+			 errdetail("Events in the outbox log keep the destination name they were emitted with, and those of \"%s\" not delivered yet would be left behind by a new name.",
+					   oldname),
+			 errhint("Create destination \"%s\", point the routes and emit() calls at it, and keep \"%s\" until its events are delivered.",
+					 newname, oldname)));
+}
+
 PG_FUNCTION_INFO_V1(outbox_check_config);
 
 /*
@@ -788,6 +824,8 @@ outbox_check_config(PG_FUNCTION_ARGS)
 		const char *what = trigdata->tg_trigger->tgargs[2];
 
 		/* "headers": the 0.2.1 catalog, until ALTER EXTENSION UPDATE */
+		if (strcmp(what, "destination") == 0 && oldtup != NULL)
+			config_refuse_rename(desc, key_attnum, oldtup, key);
 		if (strcmp(what, "destination") == 0 || strcmp(what, "headers") == 0)
 			config_check_destination_headers(rel, oldtup, newtup, key);
 		if (strcmp(what, "destination") == 0)

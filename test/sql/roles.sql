@@ -220,8 +220,8 @@ SET ROLE regress_outbox_a;
 INSERT INTO outbox.credentials (name, username, password) VALUES ('roles-c', 'u', 'p');
 INSERT INTO outbox.destinations (name, url, signing_secrets)
 VALUES ('roles-admin', 'http://127.0.0.1:9/admin', ARRAY['whsec_' || encode('0123456789abcdef0123456789abcdef', 'base64')]);
-UPDATE outbox.destinations SET timeout_ms = 2000, name = 'roles-admin2' WHERE name = 'roles-admin';
-INSERT INTO outbox.routes (pattern, destination, priority) VALUES ('roles.admin.*', 'roles-admin2', 10);
+UPDATE outbox.destinations SET timeout_ms = 2000, url = 'http://127.0.0.1:9/admin2' WHERE name = 'roles-admin';
+INSERT INTO outbox.routes (pattern, destination, priority) VALUES ('roles.admin.*', 'roles-admin', 10);
 SELECT outbox.route('roles.admin.x') AS routed_to;
 SELECT name, timeout_ms, signing_secrets IS NOT NULL AS has_secret FROM outbox.destinations
  WHERE name LIKE 'roles-%' ORDER BY 1;
@@ -242,7 +242,7 @@ SELECT try($$SELECT inbox.purge('roles-none')$$);
 SELECT status IS NOT NULL AS health FROM outbox.health();
 SELECT count(*) > 0 AS stats FROM outbox.destination_stats;
 DELETE FROM outbox.routes WHERE pattern = 'roles.admin.*';
-DELETE FROM outbox.destinations WHERE name = 'roles-admin2';
+DELETE FROM outbox.destinations WHERE name = 'roles-admin';
 DELETE FROM outbox.credentials WHERE name = 'roles-c';
 -- not the application's part, the events themselves, handlers or internals
 SELECT try($$SELECT outbox.emit('roles.created', 'roles-y', '{}')$$);

@@ -38,9 +38,17 @@ SELECT outbox.emit('user.signed_up', 'u-1', '{}') IS NOT NULL AS emitted;
 SELECT type, destination FROM outbox.events
  WHERE aggregate_id IN ('o-2', 'u-1') ORDER BY id;
 
--- a destination in use by a route cannot be renamed or dropped
+-- a destination in use by a route cannot be dropped, and no destination
+-- can be renamed: its events in the log keep the name they were emitted
+-- with (a rename left its batch in flight unacknowledged for good); an
+-- update that keeps the name is fine
 SELECT try($$UPDATE outbox.destinations SET name = 'orders-main' WHERE name = 'orders'$$);
 SELECT try($$DELETE FROM outbox.destinations WHERE name = 'orders'$$);
+INSERT INTO outbox.destinations (name, url) VALUES ('lonely', 'http://127.0.0.1:9/lonely');
+SELECT try($$UPDATE outbox.destinations SET name = 'lonely-2' WHERE name = 'lonely'$$);
+UPDATE outbox.destinations SET name = 'lonely', timeout_ms = 5000 WHERE name = 'lonely';
+SELECT name, timeout_ms FROM outbox.destinations WHERE name LIKE 'lonely%';
+DELETE FROM outbox.destinations WHERE name = 'lonely';
 
 -- TRUNCATE is seen too
 TRUNCATE outbox.routes;
