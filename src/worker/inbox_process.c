@@ -504,6 +504,18 @@ inbox_run_range(InboxRun *base, int from, int to)
 }
 
 /*
+ * Text of the database's made safe to log as a peer's (peertext.c reads
+ * UTF-8), long enough for the longest message id.
+ */
+static char *
+inbox_log_text(const char *text)
+{
+	char	   *utf8 = pg_server_to_any(text, strlen(text), PG_UTF8);
+
+	return OutboxPeerText(utf8, strlen(utf8), false, NULL, 8 * OUTBOX_ERROR_LEN);
+}
+
+/*
  * Record a failed message: its next attempt, or the dead letters.  Returns
  * whether it is dead.
  */
@@ -534,11 +546,8 @@ inbox_record_failure(InboxMessage *msg, const char *error)
 	if (dead)
 		ereport(LOG,
 				(errmsg("outbox_pg inbox message \"%s\" is dead after %d attempts",
-						OutboxPeerText(msg->id, strlen(msg->id), false, NULL,
-									   OUTBOX_ERROR_LEN),
-						msg->attempts),
-				 errdetail_internal("%s", OutboxPeerText(error, strlen(error), false,
-														 NULL, 8 * OUTBOX_ERROR_LEN)),
+						inbox_log_text(msg->id), msg->attempts),
+				 errdetail_internal("%s", inbox_log_text(error)),
 				 errhint("Fix the handler, then call inbox.redrive() or inbox.purge().")));
 	return dead;
 }

@@ -167,10 +167,14 @@ def context_switches(pid):
 
 def machine_jiffies():
     """(busy, all) jiffies of the whole machine since boot, all cores, from
-    /proc/stat (busy: neither idle nor iowait).  Also used by
-    concurrency_bench.py and broker_bench.py."""
-    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return sum(v) - v[3] - v[4], sum(v)
+    /proc/stat: busy is user, nice, system, irq and softirq (guest time is
+    inside user already); all adds idle, iowait and steal (the time the
+    hypervisor gave to others).  Also used by concurrency_bench.py and
+    broker_bench.py."""
+    user, nice, system, idle, iowait, irq, softirq, steal = \
+        [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+    busy = user + nice + system + irq + softirq
+    return busy, busy + idle + iowait + steal
 
 
 def pct(values, p):

@@ -512,7 +512,7 @@ $node->safe_psql('postgres', q{
 	CREATE FUNCTION public.no_op(m inbox.messages) RETURNS void
 	LANGUAGE plpgsql AS $$ BEGIN END $$;
 	SELECT inbox.register_handler('ord.*', 'public.always_fail(inbox.messages)',
-	                              max_attempts => 5, backoff_base_ms => 60000, backoff_max_ms => 60000,
+	                              max_attempts => 5, backoff_base_ms => 600000, backoff_max_ms => 600000,
 	                              ordered => true);
 	SELECT inbox.register_handler('unord.*', 'public.no_op(inbox.messages)');
 	SELECT inbox.receive('ord-1', 'ord.x', '{}', aggregate_id => 'Z');
@@ -527,8 +527,8 @@ for my $i (1 .. 4)
 }
 sleep(1);
 is($node->safe_psql('postgres', q{
-	SELECT attempts || ' ' || (next_attempt_at > now() + interval '30 s') FROM inbox.messages WHERE id = 'ord-1'}),
-	'1 true', 'the ordered message still waits for its retry a minute away: one attempt');
+	SELECT attempts || ' ' || (next_attempt_at > now() + interval '4 min') FROM inbox.messages WHERE id = 'ord-1'}),
+	'1 true', 'the ordered message still waits for its retry 5 to 10 minutes away: one attempt');
 
 # --- wake at commit: with a 60 s poll, a received message is processed at once
 $node->safe_psql('postgres', q{
