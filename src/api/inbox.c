@@ -51,6 +51,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
@@ -277,9 +279,9 @@ inbox_claim(PG_FUNCTION_ARGS)
 		 */
 		ttl_secs = interval_seconds(ttl);
 		if (ttl_secs < OUTBOX_MIN_CLAIM_TTL || ttl_secs > OUTBOX_MAX_CLAIM_TTL ||
-			Abs(ttl->month) > CLAIM_TTL_MAX_PART_YEARS * MONTHS_PER_YEAR ||
-			Abs(ttl->day) > CLAIM_TTL_MAX_PART_YEARS * DAYS_PER_YEAR ||
-			Abs(ttl->time) > (int64) (CLAIM_TTL_MAX_PART_YEARS * DAYS_PER_YEAR) * USECS_PER_DAY)
+			fabs((double) ttl->month) > CLAIM_TTL_MAX_PART_YEARS * MONTHS_PER_YEAR ||
+			fabs((double) ttl->day) > CLAIM_TTL_MAX_PART_YEARS * DAYS_PER_YEAR ||
+			fabs((double) ttl->time) > CLAIM_TTL_MAX_PART_YEARS * DAYS_PER_YEAR * USECS_PER_DAY)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("claim ttl must be between 1 second and 10 years")));
