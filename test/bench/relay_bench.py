@@ -43,6 +43,9 @@ BENCH_WORKERS (1), BENCH_TXN_EVENTS (events per emitting transaction in
 options, e.g. '{"batch": "cloudevents"}' for batched webhooks; batches
 carry no ce-id header, so (b) reports no latency then),
 BENCH_MAX_CONCURRENCY (256; it counts events, also in batches),
+BENCH_HTTP2=1 (nginx speaks HTTP/2 without TLS only; add
+'{"http_version": "2"}' to BENCH_DEST_OPTIONS, and the poller and wrk
+cannot be measured),
 BENCH_SETTINGS (server settings added to the cluster's, separated by ";",
 e.g. "outbox.batch_size = 2000"), BENCH_PERF (a file: `perf record -g`
 of the relay workers during (a); read it with `perf report -i FILE`).
@@ -77,6 +80,7 @@ DEST_OPTIONS = os.environ.get("BENCH_DEST_OPTIONS") or "{}"
 MAX_CONCURRENCY = int(os.environ.get("BENCH_MAX_CONCURRENCY") or 256)
 SETTINGS = os.environ.get("BENCH_SETTINGS", "").replace(";", "\n")
 SINK_SECONDS = int(os.environ.get("BENCH_SINK_SECONDS", "3"))
+HTTP2 = os.environ.get("BENCH_HTTP2", "") == "1"
 
 
 def free_port():
@@ -87,12 +91,14 @@ def free_port():
     return p
 
 
-def start_nginx(tmp, port=None, hosts=1, nofile=None):
+def start_nginx(tmp, port=None, hosts=1, nofile=None, http2=False):
     """nginx answering 204 on 127.0.0.1 .. 127.0.0.<hosts>, logging each
     request's arrival and ce-id; nofile: its open files limit (raised for
-    it alone, as far as the hard limit allows).  Returns the port."""
+    it alone, as far as the hard limit allows); http2: HTTP/2 without TLS
+    (prior knowledge) only.  Returns the port."""
     port = port or free_port()
-    listens = "\n".join(f"        listen 127.0.0.{h}:{port};" for h in range(1, hosts + 1))
+    listens = "\n".join(f"        listen 127.0.0.{h}:{port}{' http2' if http2 else ''};"
+                         for h in range(1, hosts + 1))
     conf = os.path.join(tmp, "nginx.conf")
     with open(conf, "w") as f:
         f.write(f"""
@@ -379,7 +385,7 @@ def open_loop(tmp, dsn, cur):
 def main():
     tmp = tempfile.mkdtemp(prefix="outbox_relay_bench_")
     os.chmod(tmp, 0o777)
-    nginx_port = start_nginx(tmp)
+    nginx_port = start_nginx(tmp, http2=HTTP2)
     url = f"http://127.0.0.1:{nginx_port}/hook"
     data, dsn = start_cluster(tmp, WORKERS, extra=SETTINGS)
     results = {}
@@ -467,30 +473,35 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         if OPEN_RATE > 0:
             results["open"] = open_loop(tmp, dsn, cur)
 
-        # (c) the reference poller: throughput
-        cur.execute(f"INSERT INTO app_outbox (type, payload) SELECT 'bench.event', '{PAYLOAD}' FROM generate_series(1, {N})")
-        t0 = time.time()
-        subprocess.run([sys.executable, os.path.join(HERE, "app_poller.py"), dsn, url, str(N)], check=True)
-        elapsed = time.time() - t0
-        results["app_eps"] = N / elapsed
-        print(f"  reference poller: {N} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
+        if HTTP2:
+            # the poller speaks HTTP/1.1 only
+            results["app_eps"] = float("nan")
+            results["app_lat"] = (float("nan"), float("nan"), 0)
+        else:
+            # (c) the reference poller: throughput
+            cur.execute(f"INSERT INTO app_outbox (type, payload) SELECT 'bench.event', '{PAYLOAD}' FROM generate_series(1, {N})")
+            t0 = time.time()
+            subprocess.run([sys.executable, os.path.join(HERE, "app_poller.py"), dsn, url, str(N)], check=True)
+            elapsed = time.time() - t0
+            results["app_eps"] = N / elapsed
+            print(f"  reference poller: {N} events in {elapsed:.1f} s", file=sys.stderr, flush=True)
 
-        # (c) the reference poller: latency
-        poller = subprocess.Popen([sys.executable, os.path.join(HERE, "app_poller.py"), dsn, url, str(M)])
-        lat_ids = {}
-        for i in range(M):
-            cur.execute("BEGIN")
-            cur.execute("INSERT INTO app_outbox (type, payload) VALUES ('bench.latency', '{}') RETURNING id")
-            mid = str(cur.fetchone()[0])
-            t_commit = time.time()
-            cur.execute("COMMIT")
-            lat_ids[mid] = t_commit
-            time.sleep(0.01)
-        poller.wait(timeout=120)
-        time.sleep(1.5)
-        arr = arrivals(tmp)
-        lat = [(arr[k] - v) * 1000 for k, v in lat_ids.items() if k in arr]
-        results["app_lat"] = (pct(lat, 50), pct(lat, 99), len(lat))
+            # (c) the reference poller: latency
+            poller = subprocess.Popen([sys.executable, os.path.join(HERE, "app_poller.py"), dsn, url, str(M)])
+            lat_ids = {}
+            for i in range(M):
+                cur.execute("BEGIN")
+                cur.execute("INSERT INTO app_outbox (type, payload) VALUES ('bench.latency', '{}') RETURNING id")
+                mid = str(cur.fetchone()[0])
+                t_commit = time.time()
+                cur.execute("COMMIT")
+                lat_ids[mid] = t_commit
+                time.sleep(0.01)
+            poller.wait(timeout=120)
+            time.sleep(1.5)
+            arr = arrivals(tmp)
+            lat = [(arr[k] - v) * 1000 for k, v in lat_ids.items() if k in arr]
+            results["app_lat"] = (pct(lat, 50), pct(lat, 99), len(lat))
         # (d) the database's drain limit: the same backlog, claimed and
         # acknowledged by a procedure, the destination paused for the relay
         cur.execute("UPDATE outbox.destinations SET paused = true")
@@ -499,7 +510,7 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
         # (f) the same number of events drained the way the issue did
         results["issue_eps"] = issue_drain(cur)
         # (g) the sink alone, PostgreSQL idle
-        results["sink"] = [(c, sink_limit(tmp, url, c)) for c in (1, 64)]
+        results["sink"] = [(c, None if HTTP2 else sink_limit(tmp, url, c)) for c in (1, 64)]
     finally:
         subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
         subprocess.run(["nginx", "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp, "-s", "stop"], capture_output=True)
@@ -525,7 +536,8 @@ CREATE INDEX ON app_outbox (created_at) WHERE published_at IS NULL;
           f"{r['issue_eps']:.0f} events/s; the relay reached {r['relay_eps'] / r['issue_eps']:.2f}x of it")
     for c, rate in r["sink"]:
         if rate is None:
-            print(f"the sink's own limit on {c} connection(s): not measured (no wrk; test/install-deps bench)")
+            print(f"the sink's own limit on {c} connection(s): not measured "
+                  f"({'wrk speaks HTTP/1.1 only' if HTTP2 else 'no wrk; test/install-deps bench'})")
         else:
             print(f"the sink's own limit, same run (wrk, one thread, {c} connection{'s' if c > 1 else ''}, "
                   f"requests of the relay's size): {rate:.0f} requests/s; the relay reached "
