@@ -736,13 +736,20 @@ OutboxStoreClaimNext(int batch_size, Interval *lease, const char *destination,
  * whose backlog would otherwise keep a slot from being truncated
  * (README.store, 3.1, "retention"); the copies pin nothing and are leased
  * in order once the destination is resumed.  True if a batch was made.
+ *
+ * Nothing is spilled while the destination's newest batch is
+ * unacknowledged (serial): the events after it would be leased from
+ * outbox.retries while it is still in flight, and an ordered destination
+ * sent an aggregate's later events before its earlier one.  Spilling past
+ * it would not free the slot anyway: its events are older than the ones
+ * to spill, so they hold the slot themselves until it is acknowledged.
  */
 bool
 OutboxStoreClaimSpill(int batch_size, const char *destination)
 {
 	Interval   *lease = palloc0(sizeof(Interval));
 
-	(void) store_claim(batch_size, lease, destination, false, true, false);
+	(void) store_claim(batch_size, lease, destination, true, true, false);
 	return store_last_claimed;
 }
 

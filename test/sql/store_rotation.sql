@@ -104,3 +104,24 @@ SELECT (SELECT count(*) FROM outbox.log_0) AS slot0, (SELECT count(*) FROM outbo
        (SELECT count(*) FROM outbox.log_2) AS slot2;
 DELETE FROM outbox.destinations WHERE name = 'rt_big';
 UPDATE outbox.rotation SET slot = 0;
+
+-- a paused ordered destination whose batch is in flight: its later events
+-- are not spilled to outbox.retries past that batch (the retries lease took
+-- ro.a2 while ro.a1 was still unacknowledged, so the aggregate could go out
+-- of order), and the slot is kept as it was before
+INSERT INTO outbox.destinations (name, url, options)
+VALUES ('rt_ord', 'http://127.0.0.1:9/ro', '{"ordering": "aggregate"}');
+SELECT outbox.emit('ro.a1', 'A', '{}', destination => 'rt_ord') IS NOT NULL AS emitted;
+SELECT outbox.emit('ro.a2', 'A', '{}', destination => 'rt_ord') IS NOT NULL AS emitted;
+SELECT seq AS ord_batch, type FROM outbox._claim(1, '1 hour', 'rt_ord') \gset
+SELECT :'type' AS in_flight;
+SELECT outbox._rotate_log('0 s');
+SELECT outbox._rotate_log('0 s');
+UPDATE outbox.destinations SET paused = true WHERE name = 'rt_ord';
+SELECT outbox._rotate_log('0 s');
+SELECT count(*) AS spilled FROM outbox.retries WHERE destination = 'rt_ord';
+UPDATE outbox.destinations SET paused = false WHERE name = 'rt_ord';
+SELECT count(*) AS leased_past_the_batch FROM outbox._retries_lease(10, '1 min', 'rt_ord');
+-- acknowledged, the rest is claimed in order
+SELECT outbox._claim_ack('rt_ord', :ord_batch);
+SELECT type FROM outbox._claim(10, '1 min', 'rt_ord');
