@@ -741,8 +741,11 @@ OutboxStoreClaimNext(int batch_size, Interval *lease, const char *destination,
  * unacknowledged (serial): the events after it would be leased from
  * outbox.retries while it is still in flight, and an ordered destination
  * sent an aggregate's later events before its earlier one.  Spilling past
- * it would not free the slot anyway: its events are older than the ones
- * to spill, so they hold the slot themselves until it is acknowledged.
+ * it seldom frees the slot: its events usually lie in the slot to
+ * truncate themselves.  Not when a transaction that was open over the
+ * batch's claim left an event in an older slot; that slot then waits for
+ * the batch's acknowledgement (or its recovery once the destination is
+ * resumed), and the rotation says "unacknowledged" meanwhile.
  */
 bool
 OutboxStoreClaimSpill(int batch_size, const char *destination)
