@@ -823,9 +823,9 @@ outbox_check_config(PG_FUNCTION_ARGS)
 	{
 		const char *what = trigdata->tg_trigger->tgargs[2];
 
-		/* "headers": the 0.2.1 catalog, until ALTER EXTENSION UPDATE */
 		if (strcmp(what, "destination") == 0 && oldtup != NULL)
 			config_refuse_rename(desc, key_attnum, oldtup, key);
+		/* "headers": the 0.2.1 catalog, until ALTER EXTENSION UPDATE */
 		if (strcmp(what, "destination") == 0 || strcmp(what, "headers") == 0)
 			config_check_destination_headers(rel, oldtup, newtup, key);
 		if (strcmp(what, "destination") == 0)
