@@ -29,7 +29,7 @@ PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-init
 REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
 	ops_monitoring inbox_messages ha_columns brokers_config destination_options kafka_options classify circuit \
 	config_secrets search_path peer_text egress store_claim store_retries store_rotation store_surface \
-	roles
+	destination_lifecycle roles
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked lease_fence order_lease order_gap \
 	inbox_receive_concurrent store_claim_gap store_rotation_lock

@@ -22,7 +22,7 @@
 
 #include "compat.h"
 
-#define OUTBOX_VERSION			"0.4.0"
+#define OUTBOX_VERSION			"0.5.0"
 
 /* Names of the extension's schemas and tables. */
 #define OUTBOX_SCHEMA			"outbox"

@@ -59,9 +59,12 @@ outbox_expire_published(PG_FUNCTION_ARGS)
  *	(a) every row in it is acknowledged: each destination's
  *		acknowledged-through snapshot (from_snap of its oldest
  *		unacknowledged batch, else its position) shows the xid of each of
- *		its rows there.  Rows of no stream (unrouted, or of a deleted
- *		destination) are first copied to outbox.retries, so that none is
- *		lost (_route_pending() routes them from there: step 5);
+ *		its rows there.  Rows of no stream (unrouted, or naming a
+ *		destination that never existed) are first copied to
+ *		outbox.retries, so that none is lost (_route_pending() routes them
+ *		from there: step 5).  A deleted destination keeps its stream
+ *		(0.5.0): its backlog is spilled as a paused one's, and what it
+ *		acknowledged is not copied;
  *	(b) no transaction that could still insert into it is running: the
  *		oldest running xid is past the xid of the latest switch, which was
  *		assigned after the switch that left this slot committed.  A writer
@@ -86,7 +89,8 @@ static const char *rotation_read_sql =
 
 /*
  * the first destination with a row in the slot (%s: its table) that its
- * acknowledgement lacks, and whether it is paused.  Each destination's
+ * acknowledgement lacks, and whether it is paused or deleted (its stream
+ * outlives it: no relay claims it).  Each destination's
  * acknowledged-through snapshot is read once (the MATERIALIZED list), and
  * the slot is probed per destination through its (destination, xid) index:
  * ORDER BY xid LIMIT 1 leaves that index the only cheap plan, whatever the
@@ -109,7 +113,7 @@ static const char *rotation_unacked_fmt =
 "               ORDER BY b.seq DESC LIMIT 1)) AS snap"
 "      FROM outbox.streams AS s)"
 "SELECT a.destination, COALESCE((SELECT d.paused FROM outbox.destinations AS d"
-"                                 WHERE d.name OPERATOR(pg_catalog.=) a.destination), false)"
+"                                 WHERE d.name OPERATOR(pg_catalog.=) a.destination), true)"
 "  FROM a CROSS JOIN LATERAL"
 "       (SELECT l.xid FROM %s AS l"
 "         WHERE l.destination OPERATOR(pg_catalog.=) a.destination"
@@ -189,9 +193,12 @@ OutboxRotateLog(Interval *every)
 	unacked_sql = psprintf(rotation_unacked_fmt, slot_table);
 
 	/*
-	 * A paused destination's backlog would keep the slot for as long as it
-	 * is paused: it is spilled to outbox.retries (a few claims that send
-	 * nothing), and looked at again.
+	 * A paused or deleted destination's backlog would keep the slot for as
+	 * long as it is paused or until the name is created again: it is
+	 * spilled to outbox.retries (a few claims that send nothing), and
+	 * looked at again.  A batch of it whose lease ran out is spilled first:
+	 * no relay recovers such a destination's batches, and the spill of its
+	 * backlog waits for its newest batch (OutboxStoreClaimSpill).
 	 */
 	for (int spills = 0;; spills++)
 	{
@@ -205,7 +212,8 @@ OutboxRotateLog(Interval *every)
 		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 										2, &isnull)) ||
 			spills >= ROTATION_MAX_SPILLS ||
-			!OutboxStoreClaimSpill(ROTATION_SPILL_BATCH, destination))
+			!(OutboxStoreSpillExpired(destination) ||
+			  OutboxStoreClaimSpill(ROTATION_SPILL_BATCH, destination)))
 			return psprintf("unacknowledged: %s", destination);
 	}
 	if (SPI_execute_with_args(rotation_orphans_sql, 1, slot_types, args, NULL,
@@ -283,17 +291,47 @@ static const char *trim_batches_sql =
 "                 AND k.seq OPERATOR(pg_catalog.<) low.seq)"
 "SELECT pg_catalog.count(*) FROM gone";
 
-/* Delete the batches no one reads any more; returns how many. */
+/*
+ * The streams no one needs any more (0.5.0: a stream outlives its
+ * destination): a name that has no destination, no event left in the log
+ * and no batch unacknowledged.  Its copies in outbox.retries and
+ * outbox.dead_events are found by name, not through the stream.  Created
+ * again, the name starts a new stream before every event, which finds
+ * none of it that was delivered.  A stream a claim holds is skipped.
+ */
+static const char *trim_streams_sql =
+"DELETE FROM outbox.streams AS s"
+" WHERE s.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+"        SELECT g.ctid FROM outbox.streams AS g"
+"         WHERE NOT EXISTS (SELECT 1 FROM outbox.destinations AS d"
+"                            WHERE d.name OPERATOR(pg_catalog.=) g.destination)"
+"           AND NOT EXISTS (SELECT 1 FROM outbox.log AS l"
+"                            WHERE l.destination OPERATOR(pg_catalog.=) g.destination)"
+"           AND NOT EXISTS (SELECT 1 FROM outbox.batches AS b"
+"                            WHERE b.destination OPERATOR(pg_catalog.=) g.destination"
+"                              AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k"
+"                                               WHERE k.destination OPERATOR(pg_catalog.=) b.destination"
+"                                                 AND k.seq OPERATOR(pg_catalog.=) b.seq))"
+"           FOR UPDATE OF g SKIP LOCKED))";
+
+/*
+ * Delete the batches no one reads any more, and the streams of names gone
+ * for good; returns how many batches.
+ */
 int64
 OutboxTrimBatches(void)
 {
 	bool		isnull;
+	int64		n;
 
 	if (SPI_execute(trim_batches_sql, false, 0) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "outbox batch trim statement failed");
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull));
+	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									SPI_tuptable->tupdesc, 1, &isnull));
+	if (SPI_execute(trim_streams_sql, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "outbox stream trim statement failed");
+	return n;
 }
 
 /* outbox._trim_batches() returns bigint.  Internal: granted to no one. */

@@ -757,6 +757,62 @@ OutboxStoreClaimSpill(int batch_size, const char *destination)
 }
 
 /*
+ * The events of batch $2 of destination $1 (from $3 to $4, as text)
+ * copied to outbox.retries, and the batch acknowledged.  Those its claim
+ * copied already (deferred, held) keep their copy.  attempts 1: the batch
+ * was their first attempt, which may have reached the destination.
+ */
+static const char *spill_batch_sql =
+"WITH ev AS MATERIALIZED (" STORE_RANGE_SQL "),"
+"     k AS (INSERT INTO outbox.retries AS t"
+"                  (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,"
+"                   destination, ordering_key, created_at, attempts, due_at)"
+"           SELECT ev.id, ev.type, ev.aggregate_type, ev.aggregate_id, ev.payload,"
+"                  ev.headers, ev.traceparent, ev.destination, ev.ordering_key,"
+"                  ev.created_at, 1, pg_catalog.now()"
+"             FROM ev"
+"           ON CONFLICT (id) DO NOTHING)"
+"INSERT INTO outbox.batch_acks (destination, seq) VALUES ($1, $2)"
+"    ON CONFLICT DO NOTHING";
+
+static SPIPlanPtr spill_batch_plan = NULL;
+
+/*
+ * Spill the oldest batch of a destination whose lease ran out
+ * unacknowledged to outbox.retries, and acknowledge it.  The rotation does
+ * this for a deleted or paused destination, which no relay recovers: its
+ * batch would keep a slot from being truncated until the destination is
+ * created again or resumed.  A relay that still sends the batch finds its
+ * lease moved (the recovery's UPDATE) and its acknowledgement fenced; the
+ * copies are sent once the destination is back, a second time for those
+ * that had reached it.  True if a batch was spilled.
+ */
+bool
+OutboxStoreSpillExpired(const char *destination)
+{
+	Oid			recover_types[3] = {TEXTOID, INTERVALOID, INT8OID};
+	Oid			spill_types[4] = {TEXTOID, INT8OID, TEXTOID, TEXTOID};
+	Datum		args[4];
+	int64		seq;
+
+	args[0] = CStringGetTextDatum(destination);
+	args[1] = IntervalPGetDatum(palloc0(sizeof(Interval)));
+	args[2] = Int64GetDatum(0);
+	if (store_execute(WorkerKeepPlan(&claim_recover_plan, claim_recover_sql, 3,
+									 recover_types),
+					  args, NULL, SPI_OK_UPDATE_RETURNING) == 0)
+		return false;
+	seq = (int64) strtoi64(store_text_column(0, 1), NULL, 10);
+	args[1] = Int64GetDatum(seq);
+	args[2] = CStringGetTextDatum(store_text_column(0, 2));
+	args[3] = CStringGetTextDatum(store_text_column(0, 3));
+	(void) store_execute(WorkerKeepPlan(&spill_batch_plan, spill_batch_sql, 4,
+										spill_types),
+						 args, NULL, SPI_OK_INSERT);
+	return true;
+}
+
+/*
  * OutboxStoreClaim; with serial, nothing while the destination's newest
  * batch is unacknowledged (the relay's claim of an ordered destination);
  * with spill, every event to outbox.retries; with relay, in the relay's

@@ -115,6 +115,7 @@ extern uint64 OutboxStoreDueDestinations(bool with_log,
 										 TimestampTz expired_since);
 extern bool OutboxStorePreparedTransactions(void);
 extern bool OutboxStoreClaimSpill(int batch_size, const char *destination);
+extern bool OutboxStoreSpillExpired(const char *destination);
 extern bool OutboxStoreBatchLease(const char *destination, int64 seq,
 								  Interval *lease, TimestampTz *fence);
 extern bool OutboxStoreClaimAck(const char *destination, int64 seq,
