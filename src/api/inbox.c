@@ -374,10 +374,22 @@ inbox_receive(PG_FUNCTION_ARGS)
 	 * Headers are what the broker carried, kept for the handler: any JSON
 	 * object (the outbox's rules for headers it sends do not apply).
 	 */
-	if (!PG_ARGISNULL(4) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(4)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("message headers must be a JSON object")));
+	if (!PG_ARGISNULL(4))
+	{
+		Size		headers_size = toast_raw_datum_size(PG_GETARG_DATUM(4)) - VARHDRSZ;
+
+		/* within the payload's bound: they are stored with it, from a peer */
+		if (headers_size > (Size) outbox_max_payload_size)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("message headers are too large"),
+					 errdetail("The headers have %zu bytes; outbox.max_payload_size is %d bytes.",
+							   headers_size, outbox_max_payload_size)));
+		if (!JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(4)))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("message headers must be a JSON object")));
+	}
 	(void) inbox_text_arg(fcinfo, 5, "message source", OUTBOX_MAX_TYPE_LEN);
 
 	now = GetCurrentTransactionStartTimestamp();
@@ -404,6 +416,8 @@ inbox_receive(PG_FUNCTION_ARGS)
 	 * harmless, only the order matters.
 	 */
 	cfg = OutboxGetConfig();
+	if (!PG_ARGISNULL(3))
+		OutboxLockInboxAggregate(TextDatumGetCString(PG_GETARG_DATUM(3)));
 	SET_COL(IM_SEQ, Int64GetDatum(nextval_internal(inbox_relid(cfg->messages_seq_relid,
 															   INBOX_MESSAGES_SEQ),
 												   false)));

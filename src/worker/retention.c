@@ -151,7 +151,8 @@ static const char *rotation_switch_sql =
  * Rotate the log if the current slot is older than every and (a) to (c)
  * hold.  Returns what happened, for the caller's log and the tests:
  * "rotated", "wait" (not due), "busy" (another rotation holds the row),
- * "writer" (b), "unacknowledged: <destination>" (a), "locked" (c).  The
+ * "writer" (b), "unacknowledged: <destination>" (a), "locked" (c, or a
+ * transaction that makes a stream is still open).  The
  * caller is connected to SPI, in a READ COMMITTED transaction.  Its
  * statements, like the trim's, are planned each time they run (once a
  * second at most), not kept: their plans follow the tables' sizes.
@@ -170,6 +171,7 @@ OutboxRotateLog(Interval *every)
 	char	   *unacked_sql;
 	Oid			nspid;
 	Oid			relid;
+	Oid			streams_relid;
 
 	args[0] = IntervalPGetDatum(every);
 	if (SPI_execute_with_args(rotation_read_sql, 1, read_types, args, NULL,
@@ -186,6 +188,22 @@ OutboxRotateLog(Interval *every)
 									SPI_tuptable->tupdesc, 3, &isnull)))
 		return pstrdup("writer");
 	next = (current + 1) % OUTBOX_LOG_SLOTS;
+
+	/*
+	 * No stream is made until this transaction ends (a destination
+	 * created, a relay's stream_create_sql): the check of what the slot's
+	 * streams acknowledged and the copy of the rows of no stream below read
+	 * the streams each with a snapshot of its own, and rows of a name whose
+	 * stream came in between would be neither waited for nor copied, and
+	 * truncated.  SHARE conflicts with the insert, not with the claims'
+	 * row locks.  A creating transaction still open: "locked", try again.
+	 */
+	nspid = get_namespace_oid(OUTBOX_SCHEMA, false);
+	streams_relid = get_relname_relid("streams", nspid);
+	if (!OidIsValid(streams_relid))
+		elog(ERROR, "table \"%s.streams\" does not exist", OUTBOX_SCHEMA);
+	if (!ConditionalLockRelationOid(streams_relid, ShareLock))
+		return pstrdup("locked");
 
 	args[0] = Int16GetDatum((int16) next);
 	snprintf(relname, sizeof(relname), OUTBOX_LOG_SLOT_FORMAT, next);
@@ -216,16 +234,20 @@ OutboxRotateLog(Interval *every)
 			  OutboxStoreClaimSpill(ROTATION_SPILL_BATCH, destination)))
 			return psprintf("unacknowledged: %s", destination);
 	}
-	if (SPI_execute_with_args(rotation_orphans_sql, 1, slot_types, args, NULL,
-							  false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "outbox rotation statement failed");
 
-	nspid = get_namespace_oid(OUTBOX_SCHEMA, false);
+	/*
+	 * The lock before the copy of the rows no stream claims: a copy made
+	 * while the slot stays ("locked") would be sent besides the rows, if
+	 * their name got a stream before the next try.
+	 */
 	relid = get_relname_relid(relname, nspid);
 	if (!OidIsValid(relid))
 		elog(ERROR, "table \"%s.%s\" does not exist", OUTBOX_SCHEMA, relname);
 	if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
 		return pstrdup("locked");
+	if (SPI_execute_with_args(rotation_orphans_sql, 1, slot_types, args, NULL,
+							  false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "outbox rotation statement failed");
 	if (SPI_execute(psprintf("TRUNCATE %s", slot_table), false, 0)
 		!= SPI_OK_UTILITY)
 		elog(ERROR, "could not truncate %s.%s", OUTBOX_SCHEMA, relname);
@@ -297,22 +319,36 @@ static const char *trim_batches_sql =
  * and no batch unacknowledged.  Its copies in outbox.retries and
  * outbox.dead_events are found by name, not through the stream.  Created
  * again, the name starts a new stream before every event, which finds
- * none of it that was delivered.  A stream a claim holds is skipped.
+ * none of it that was delivered.
+ *
+ * Two statements: the first locks the candidates (a stream a claim holds
+ * is skipped, and no claim takes one of them until this transaction
+ * ends), the second checks them again with a snapshot taken after the
+ * locks and deletes them.  Checked and locked in one statement, a name
+ * created, emitted to and claimed after that statement's snapshot lost
+ * its stream and its new batch, and the event was claimed again.
  */
+#define TRIM_STREAMS_GONE_SQL(s) \
+"NOT EXISTS (SELECT 1 FROM outbox.destinations AS d" \
+"             WHERE d.name OPERATOR(pg_catalog.=) " s ".destination)" \
+" AND NOT EXISTS (SELECT 1 FROM outbox.log AS l" \
+"                  WHERE l.destination OPERATOR(pg_catalog.=) " s ".destination)" \
+" AND NOT EXISTS (SELECT 1 FROM outbox.batches AS b" \
+"                  WHERE b.destination OPERATOR(pg_catalog.=) " s ".destination" \
+"                    AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k" \
+"                                     WHERE k.destination OPERATOR(pg_catalog.=) b.destination" \
+"                                       AND k.seq OPERATOR(pg_catalog.=) b.seq))"
+
+static const char *trim_streams_lock_sql =
+"SELECT pg_catalog.array_agg(g.destination) FROM ("
+"    SELECT s.destination FROM outbox.streams AS s"
+"     WHERE " TRIM_STREAMS_GONE_SQL("s")
+"       FOR UPDATE OF s SKIP LOCKED) AS g";
+
 static const char *trim_streams_sql =
 "DELETE FROM outbox.streams AS s"
-" WHERE s.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-"        SELECT g.ctid FROM outbox.streams AS g"
-"         WHERE NOT EXISTS (SELECT 1 FROM outbox.destinations AS d"
-"                            WHERE d.name OPERATOR(pg_catalog.=) g.destination)"
-"           AND NOT EXISTS (SELECT 1 FROM outbox.log AS l"
-"                            WHERE l.destination OPERATOR(pg_catalog.=) g.destination)"
-"           AND NOT EXISTS (SELECT 1 FROM outbox.batches AS b"
-"                            WHERE b.destination OPERATOR(pg_catalog.=) g.destination"
-"                              AND NOT EXISTS (SELECT 1 FROM outbox.batch_acks AS k"
-"                                               WHERE k.destination OPERATOR(pg_catalog.=) b.destination"
-"                                                 AND k.seq OPERATOR(pg_catalog.=) b.seq))"
-"           FOR UPDATE OF g SKIP LOCKED))";
+" WHERE s.destination OPERATOR(pg_catalog.=) ANY ($1)"
+"   AND " TRIM_STREAMS_GONE_SQL("s");
 
 /*
  * Delete the batches no one reads any more, and the streams of names gone
@@ -321,6 +357,8 @@ static const char *trim_streams_sql =
 int64
 OutboxTrimBatches(void)
 {
+	Oid			types[1] = {TEXTARRAYOID};
+	Datum		args[1];
 	bool		isnull;
 	int64		n;
 
@@ -329,7 +367,14 @@ OutboxTrimBatches(void)
 		elog(ERROR, "outbox batch trim statement failed");
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 									SPI_tuptable->tupdesc, 1, &isnull));
-	if (SPI_execute(trim_streams_sql, false, 0) != SPI_OK_DELETE)
+	if (SPI_execute(trim_streams_lock_sql, false, 0) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "outbox stream trim statement failed");
+	args[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+							&isnull);
+	if (!isnull &&
+		SPI_execute_with_args(trim_streams_sql, 1, types, args, NULL, false, 0)
+		!= SPI_OK_DELETE)
 		elog(ERROR, "outbox stream trim statement failed");
 	return n;
 }

@@ -757,23 +757,32 @@ OutboxStoreClaimSpill(int batch_size, const char *destination)
 }
 
 /*
- * The events of batch $2 of destination $1 (from $3 to $4, as text)
- * copied to outbox.retries, and the batch acknowledged.  Those its claim
- * copied already (deferred, held) keep their copy.  attempts 1: the batch
- * was their first attempt, which may have reached the destination.
+ * Batch $2 of destination $1 (from $3 to $4, as text) acknowledged, and
+ * its events copied to outbox.retries if this acknowledged it: a relay
+ * whose late acknowledgement came first (its fence still held) did the
+ * batch's bookkeeping itself, and its delivered and dead events must not
+ * be copied.  Those the claim copied (deferred, held) keep their copy, and
+ * a copy that was since delivered, purged or dead-lettered is not made
+ * again (settled_events, dead_events).  attempts 1: the batch was their
+ * first attempt, which may have reached the destination.
  */
 static const char *spill_batch_sql =
-"WITH ev AS MATERIALIZED (" STORE_RANGE_SQL "),"
-"     k AS (INSERT INTO outbox.retries AS t"
-"                  (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,"
-"                   destination, ordering_key, created_at, attempts, due_at)"
-"           SELECT ev.id, ev.type, ev.aggregate_type, ev.aggregate_id, ev.payload,"
-"                  ev.headers, ev.traceparent, ev.destination, ev.ordering_key,"
-"                  ev.created_at, 1, pg_catalog.now()"
-"             FROM ev"
-"           ON CONFLICT (id) DO NOTHING)"
-"INSERT INTO outbox.batch_acks (destination, seq) VALUES ($1, $2)"
-"    ON CONFLICT DO NOTHING";
+"WITH a AS (INSERT INTO outbox.batch_acks AS k (destination, seq) VALUES ($1, $2)"
+"           ON CONFLICT DO NOTHING RETURNING k.seq),"
+"     ev AS MATERIALIZED (" STORE_RANGE_SQL ")"
+"INSERT INTO outbox.retries AS t"
+"       (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,"
+"        destination, ordering_key, created_at, attempts, due_at)"
+"SELECT ev.id, ev.type, ev.aggregate_type, ev.aggregate_id, ev.payload,"
+"       ev.headers, ev.traceparent, ev.destination, ev.ordering_key,"
+"       ev.created_at, 1, pg_catalog.now()"
+"  FROM ev"
+" WHERE EXISTS (SELECT 1 FROM a)"
+"   AND NOT EXISTS (SELECT 1 FROM outbox.settled_events AS z"
+"                    WHERE z.id OPERATOR(pg_catalog.=) ev.id)"
+"   AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS x"
+"                    WHERE x.id OPERATOR(pg_catalog.=) ev.id)"
+"    ON CONFLICT (id) DO NOTHING";
 
 static SPIPlanPtr spill_batch_plan = NULL;
 

@@ -44,6 +44,10 @@ SELECT try($$SELECT inbox.receive('im-9', 't', '{}', headers => '[1]')$$);
 SELECT try($$SELECT inbox.receive('im-9', 't', '{}', source => '')$$);
 SET outbox.max_payload_size = 1024;
 SELECT try($$SELECT inbox.receive('im-9', 't', jsonb_build_object('x', repeat('y', 2000)))$$);
+-- the headers a peer sent are bounded the same way
+SELECT try($$SELECT inbox.receive('im-9', 't', '{}', headers => jsonb_build_object('x', repeat('y', 2000)))$$);
+SELECT inbox.receive('im-9h', 't', '{}', headers => jsonb_build_object('x', repeat('y', 900))) AS small_headers;
+DELETE FROM inbox.messages WHERE id = 'im-9h';
 RESET outbox.max_payload_size;
 BEGIN READ ONLY;
 SELECT try($$SELECT inbox.receive('im-9', 't', '{}')$$);
