@@ -32,7 +32,7 @@ REGRESS = setup emit emit_errors routes inbox privileges retry order_retention \
 	destination_lifecycle roles
 REGRESS_OPTS = --inputdir=$(srcdir)/test --temp-instance=./tmp_check --temp-config=$(srcdir)/test/regress.conf
 ISOLATION = claim_concurrent lease_skip_locked lease_fence order_lease order_gap \
-	inbox_receive_concurrent inbox_receive_order store_claim_gap store_rotation_lock \
+	inbox_receive_concurrent store_claim_gap store_rotation_lock \
 	store_spill_ack
 ISOLATION_OPTS = --inputdir=$(srcdir)/test --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/regress.conf
 TAP_TESTS = 1

@@ -66,7 +66,6 @@ extern void OutboxEndInsert(OutboxInsertState *st);
 /* ordering.c */
 extern void OutboxLockAggregate(const char *destination,
 								const char *aggregate_id);
-extern void OutboxLockInboxAggregate(const char *aggregate_id);
 
 /* inbox.c */
 extern Datum inbox_receive(PG_FUNCTION_ARGS);

@@ -416,8 +416,6 @@ inbox_receive(PG_FUNCTION_ARGS)
 	 * harmless, only the order matters.
 	 */
 	cfg = OutboxGetConfig();
-	if (!PG_ARGISNULL(3))
-		OutboxLockInboxAggregate(TextDatumGetCString(PG_GETARG_DATUM(3)));
 	SET_COL(IM_SEQ, Int64GetDatum(nextval_internal(inbox_relid(cfg->messages_seq_relid,
 															   INBOX_MESSAGES_SEQ),
 												   false)));

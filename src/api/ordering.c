@@ -78,7 +78,6 @@
 
 /* field4 of our advisory lock tags; pg_advisory_lock() uses 1 and 2 */
 #define ORDERING_LOCK_CLASS		0x704F	/* 28751 */
-#define INBOX_ORDERING_LOCK_CLASS	0x7050	/* 28752 */
 
 /*
  * Serialise, until the end of the transaction, the emits of one aggregate
@@ -100,27 +99,3 @@ OutboxLockAggregate(const char *destination, const char *aggregate_id)
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 }
 
-/*
- * The same for inbox.receive(): serialise, until the end of the
- * transaction, the receipts of one aggregate's messages, before the
- * message's sequence number is drawn.  The inbox worker takes an
- * aggregate's messages in seq order and sets a later one aside while an
- * earlier one is pending; without the lock, a receipt that drew the lower
- * seq but committed after a concurrent one of the same aggregate was not
- * pending yet when the worker looked, and the later message ran first.
- * With it, per aggregate, commit order is seq order (the argument above).
- * Keyed by the aggregate id alone: the inbox orders an aggregate's
- * messages whatever their type or source.
- */
-void
-OutboxLockInboxAggregate(const char *aggregate_id)
-{
-	uint64		h;
-	LOCKTAG		tag;
-
-	h = hash_bytes_extended((const unsigned char *) aggregate_id,
-							(int) strlen(aggregate_id), 0);
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 INBOX_ORDERING_LOCK_CLASS);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-}

@@ -18,6 +18,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -122,8 +123,12 @@ static const char *rotation_unacked_fmt =
 "         ORDER BY l.xid LIMIT 1) AS x"
 " ORDER BY a.destination LIMIT 1";
 
-/* rows of slot $1 that no stream will ever claim: kept in outbox.retries */
+/*
+ * rows of slot $1 that no stream will ever claim: kept in outbox.retries;
+ * returns the ids copied (null: none)
+ */
 static const char *rotation_orphans_sql =
+"WITH c AS ("
 "INSERT INTO outbox.retries AS t"
 "       (id, type, aggregate_type, aggregate_id, payload, headers, traceparent,"
 "        destination, ordering_key, created_at, attempts, due_at)"
@@ -136,7 +141,13 @@ static const char *rotation_orphans_sql =
 "                    WHERE s.destination OPERATOR(pg_catalog.=) l.destination)"
 "   AND NOT EXISTS (SELECT 1 FROM outbox.settled_events AS z"
 "                    WHERE z.id OPERATOR(pg_catalog.=) l.id)"
-"    ON CONFLICT (id) DO NOTHING";
+"    ON CONFLICT (id) DO NOTHING"
+"    RETURNING t.id) "
+"SELECT pg_catalog.array_agg(c.id) FROM c";
+
+/* the copies of a try that could not truncate: the rows stay in the slot */
+static const char *rotation_orphans_undo_sql =
+"DELETE FROM outbox.retries AS t WHERE t.id OPERATOR(pg_catalog.=) ANY ($1)";
 
 static const char *rotation_switch_sql =
 "UPDATE outbox.rotation"
@@ -157,22 +168,22 @@ static const char *rotation_switch_sql =
  * statements, like the trim's, are planned each time they run (once a
  * second at most), not kept: their plans follow the tables' sizes.
  */
+static char *rotation_truncate(int next);
+
 char *
 OutboxRotateLog(Interval *every)
 {
 	Oid			read_types[1] = {INTERVALOID};
-	Oid			slot_types[1] = {INT2OID};
 	Datum		args[1];
 	bool		isnull;
 	int			current;
-	int			next;
-	char		relname[NAMEDATALEN];
-	const char *slot_table;
-	char	   *unacked_sql;
-	Oid			nspid;
-	Oid			relid;
 	Oid			streams_relid;
+	char	   *result;
 
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("the outbox log rotation must run at isolation level READ COMMITTED")));
 	args[0] = IntervalPGetDatum(every);
 	if (SPI_execute_with_args(rotation_read_sql, 1, read_types, args, NULL,
 							  false, 1) != SPI_OK_SELECT)
@@ -187,23 +198,43 @@ OutboxRotateLog(Interval *every)
 	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 									SPI_tuptable->tupdesc, 3, &isnull)))
 		return pstrdup("writer");
-	next = (current + 1) % OUTBOX_LOG_SLOTS;
 
 	/*
-	 * No stream is made until this transaction ends (a destination
-	 * created, a relay's stream_create_sql): the check of what the slot's
-	 * streams acknowledged and the copy of the rows of no stream below read
-	 * the streams each with a snapshot of its own, and rows of a name whose
-	 * stream came in between would be neither waited for nor copied, and
-	 * truncated.  SHARE conflicts with the insert, not with the claims'
-	 * row locks.  A creating transaction still open: "locked", try again.
+	 * No stream is made while the slot is checked, copied and truncated (a
+	 * destination created, a relay's stream_create_sql): the check of what
+	 * the slot's streams acknowledged and the copy of the rows of no stream
+	 * read the streams each with a snapshot of its own, and rows of a name
+	 * whose stream came in between would be neither waited for nor copied,
+	 * and truncated.  SHARE conflicts with the insert (and with a VACUUM of
+	 * the table), not with the claims' row locks.  Released when this try
+	 * ends, not with the transaction (relay 0's lease goes on in it).  A
+	 * creating transaction still open: "locked", try again.
 	 */
-	nspid = get_namespace_oid(OUTBOX_SCHEMA, false);
-	streams_relid = get_relname_relid("streams", nspid);
+	streams_relid = get_relname_relid("streams",
+									  get_namespace_oid(OUTBOX_SCHEMA, false));
 	if (!OidIsValid(streams_relid))
 		elog(ERROR, "table \"%s.streams\" does not exist", OUTBOX_SCHEMA);
 	if (!ConditionalLockRelationOid(streams_relid, ShareLock))
 		return pstrdup("locked");
+	result = rotation_truncate((current + 1) % OUTBOX_LOG_SLOTS);
+	UnlockRelationOid(streams_relid, ShareLock);
+	return result;
+}
+
+/* OutboxRotateLog once the streams are locked: slot next, (a) and (c). */
+static char *
+rotation_truncate(int next)
+{
+	Oid			slot_types[1] = {INT2OID};
+	Oid			undo_types[1] = {UUIDARRAYOID};
+	Datum		args[1];
+	bool		isnull;
+	char		relname[NAMEDATALEN];
+	const char *slot_table;
+	char	   *unacked_sql;
+	Oid			relid;
+	Datum		copied;
+	bool		none_copied;
 
 	args[0] = Int16GetDatum((int16) next);
 	snprintf(relname, sizeof(relname), OUTBOX_LOG_SLOT_FORMAT, next);
@@ -234,20 +265,29 @@ OutboxRotateLog(Interval *every)
 			  OutboxStoreClaimSpill(ROTATION_SPILL_BATCH, destination)))
 			return psprintf("unacknowledged: %s", destination);
 	}
+	if (SPI_execute_with_args(rotation_orphans_sql, 1, slot_types, args, NULL,
+							  false, 0) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "outbox rotation statement failed");
+	copied = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+						   &none_copied);
 
-	/*
-	 * The lock before the copy of the rows no stream claims: a copy made
-	 * while the slot stays ("locked") would be sent besides the rows, if
-	 * their name got a stream before the next try.
-	 */
-	relid = get_relname_relid(relname, nspid);
+	relid = get_relname_relid(relname, get_namespace_oid(OUTBOX_SCHEMA, false));
 	if (!OidIsValid(relid))
 		elog(ERROR, "table \"%s.%s\" does not exist", OUTBOX_SCHEMA, relname);
 	if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+	{
+		/*
+		 * The rows stay, so their copies go: a copy left while the row stays
+		 * would be sent besides it once the row's name has a stream.
+		 */
+		args[0] = copied;
+		if (!none_copied &&
+			SPI_execute_with_args(rotation_orphans_undo_sql, 1, undo_types, args,
+								  NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "outbox rotation statement failed");
 		return pstrdup("locked");
-	if (SPI_execute_with_args(rotation_orphans_sql, 1, slot_types, args, NULL,
-							  false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "outbox rotation statement failed");
+	}
 	if (SPI_execute(psprintf("TRUNCATE %s", slot_table), false, 0)
 		!= SPI_OK_UTILITY)
 		elog(ERROR, "could not truncate %s.%s", OUTBOX_SCHEMA, relname);
@@ -362,6 +402,10 @@ OutboxTrimBatches(void)
 	bool		isnull;
 	int64		n;
 
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("the outbox batch trim must run at isolation level READ COMMITTED")));
 	if (SPI_execute(trim_batches_sql, false, 0) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "outbox batch trim statement failed");
@@ -369,7 +413,7 @@ OutboxTrimBatches(void)
 									SPI_tuptable->tupdesc, 1, &isnull));
 	if (SPI_execute(trim_streams_lock_sql, false, 0) != SPI_OK_SELECT ||
 		SPI_processed != 1)
-		elog(ERROR, "outbox stream trim statement failed");
+		elog(ERROR, "outbox stream trim lock statement failed");
 	args[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
 							&isnull);
 	if (!isnull &&
