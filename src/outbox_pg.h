@@ -98,6 +98,9 @@ typedef enum OutboxLogColumn
 
 extern const char *const OutboxLogColumnNames[LOG_NATTS + 1];
 
+/* the version of the extension installed in this database, or NULL (version.c) */
+extern char *OutboxInstalledVersion(void);
+
 /*
  * Columns of inbox.messages, in table order (inbox.receive() fills them
  * positionally; columns are only ever appended).

@@ -98,4 +98,3 @@ OutboxLockAggregate(const char *destination, const char *aggregate_id)
 						 ORDERING_LOCK_CLASS);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 }
-

@@ -595,6 +595,28 @@ outbox_config_changed(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("outbox._config_changed() must be called as a trigger")));
 
+	/*
+	 * The 0.4.0 objects delete a destination's stream with the destination
+	 * (a foreign key): its pending events would show as published if the
+	 * name were created again, and never be sent.  This library keeps the
+	 * stream once the 0.5.0 objects are installed; until then (the window
+	 * between a new library and ALTER EXTENSION ... UPDATE) such a delete
+	 * is refused.  After the foreign key's cascade, before the commit.
+	 */
+	if ((TRIGGER_FIRED_BY_DELETE(trigdata->tg_event) ||
+		 TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event)) &&
+		strcmp(RelationGetRelationName(trigdata->tg_relation), "destinations") == 0)
+	{
+		char	   *version = OutboxInstalledVersion();
+
+		if (version != NULL && strcmp(version, "0.4.0") == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("cannot delete destinations while extension outbox_pg is at version 0.4.0"),
+					 errdetail("Version 0.4.0 deletes a destination's claim position with it, and the pending events of a destination created again under the same name would never be sent."),
+					 errhint("Run ALTER EXTENSION outbox_pg UPDATE first.")));
+	}
+
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
 	/* and the relays reload their destinations once this commits (wake.c) */
 	OutboxConfigChangedAtCommit();

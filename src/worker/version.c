@@ -93,6 +93,13 @@ installed_version(void)
 	return version;
 }
 
+/* installed_version() for the rest of the library */
+char *
+OutboxInstalledVersion(void)
+{
+	return installed_version();
+}
+
 /*
  * Can the relay run a cycle against the SQL objects installed in its
  * database?  Sets *missing when the extension is not installed.  When the

@@ -19,7 +19,11 @@
 #  - pg_dump of a database with the extension restored into a fresh
 #    database keeps destinations, routes, pending and dead events and
 #    claims, drops published events, and the restored database's relay
-#    delivers the pending events.
+#    delivers the pending events; restored with the log before the
+#    destinations, too.
+#  - 0.4.0 objects with this library: deleting a destination is refused
+#    until the update; after it, deleted and created again, the destination
+#    delivers its pending events.
 use strict;
 use warnings;
 use FindBin;
@@ -334,6 +338,41 @@ is($up_ret, 0, 'after the update from 0.2.0, percent_encoding and body are accep
 ($up_ret, $up_out, $up_err) = $node->psql('up020',
 	qq{INSERT INTO outbox.destinations (name, url, options) VALUES ('ce_bad', '$u/ok/ce', '{"percent_encoding": "auto"}')});
 like($up_err, qr/ERROR:  option percent_encoding must be allow or avoid/, 'and a bad value is refused');
+
+# an install of 0.4.0 with this library (the window before ALTER EXTENSION
+# UPDATE): 0.4.0's foreign key deletes a destination's stream with it, and
+# its pending events would show as published once the name came back, so
+# the delete is refused until the update; after it, the delete keeps the
+# stream and the name created again delivers every pending event
+$node->safe_psql('postgres', 'CREATE DATABASE up040');
+$node->safe_psql('up040', qq{
+	CREATE EXTENSION outbox_pg VERSION '0.4.0';
+	INSERT INTO outbox.destinations (name, url, paused) VALUES ('window', '$u/ok/window-old', true);
+});
+my @window = emit_in('up040', 'window.e', 'window', 50);
+my ($w_ret, $w_out, $w_err) = $node->psql('up040', q{DELETE FROM outbox.destinations WHERE name = 'window'});
+isnt($w_ret, 0, 'at 0.4.0 objects, deleting a destination is refused');
+like($w_err, qr/cannot delete destinations while extension outbox_pg is at version 0\.4\.0/, 'and says why');
+like($w_err, qr/HINT:  Run ALTER EXTENSION outbox_pg UPDATE first\./, 'and what to do');
+($w_ret, $w_out, $w_err) = $node->psql('up040', q{TRUNCATE outbox.destinations CASCADE});
+isnt($w_ret, 0, 'so is TRUNCATE ... CASCADE');
+is($node->safe_psql('up040', q{SELECT count(*) FROM outbox.events WHERE status = 'pending'}),
+	'50', 'the 50 events are still pending');
+$node->safe_psql('up040', 'ALTER EXTENSION outbox_pg UPDATE');
+my @from040 = split /\n(?=\S)/, $node->safe_psql('up040', $catalog_sql);
+my %in_from040 = map { $_ => 1 } @from040;
+is(join("\n", grep { !$in_from040{$_} } @fresh), '', 'nothing of a fresh install is missing or different after an update from 0.4.0');
+is(join("\n", grep { !$in_fresh{$_} } @from040), '', 'nothing extra or different after an update from 0.4.0');
+$node->safe_psql('up040', qq{
+	BEGIN;
+	DELETE FROM outbox.destinations WHERE name = 'window';
+	INSERT INTO outbox.destinations (name, url) VALUES ('window', '$u/ok/window');
+	COMMIT;
+});
+ok($node->poll_query_until('up040', q{
+	SELECT count(*) = 50 FROM outbox.events WHERE type = 'window.e' AND status = 'published'}),
+	'updated, deleted and created again: the 50 pending events are delivered');
+assert_zero_lost($sink, 'destination created again after the update', '/ok/window', @window);
 
 # pg_dump and restore into a fresh database
 $node->safe_psql('up', qq{
