@@ -757,6 +757,32 @@ OutboxStoreClaimSpill(int batch_size, const char *destination)
 }
 
 /*
+ * Lease again the oldest batch of a destination, at or above low_seq,
+ * whose lease ran out unacknowledged (claim_recover_sql).  False: none.
+ * Else args[0..3] are the destination, the batch's seq and its from and
+ * to snapshots as text: the parameters of the statements on its range
+ * (STORE_RANGE_SQL).
+ */
+static bool
+store_recover_batch(Interval *lease, const char *destination, int64 low_seq,
+					Datum *args)
+{
+	Oid			recover_types[3] = {TEXTOID, INTERVALOID, INT8OID};
+
+	args[0] = CStringGetTextDatum(destination);
+	args[1] = IntervalPGetDatum(lease);
+	args[2] = Int64GetDatum(low_seq);
+	if (store_execute(WorkerKeepPlan(&claim_recover_plan, claim_recover_sql, 3,
+									 recover_types),
+					  args, NULL, SPI_OK_UPDATE_RETURNING) == 0)
+		return false;
+	args[1] = Int64GetDatum((int64) strtoi64(store_text_column(0, 1), NULL, 10));
+	args[2] = CStringGetTextDatum(store_text_column(0, 2));
+	args[3] = CStringGetTextDatum(store_text_column(0, 3));
+	return true;
+}
+
+/*
  * Batch $2 of destination $1 (from $3 to $4, as text) acknowledged, and
  * its events copied to outbox.retries if this acknowledged it: a relay
  * whose late acknowledgement came first (its fence still held) did the
@@ -799,22 +825,11 @@ static SPIPlanPtr spill_batch_plan = NULL;
 bool
 OutboxStoreSpillExpired(const char *destination)
 {
-	Oid			recover_types[3] = {TEXTOID, INTERVALOID, INT8OID};
 	Oid			spill_types[4] = {TEXTOID, INT8OID, TEXTOID, TEXTOID};
 	Datum		args[4];
-	int64		seq;
 
-	args[0] = CStringGetTextDatum(destination);
-	args[1] = IntervalPGetDatum(palloc0(sizeof(Interval)));
-	args[2] = Int64GetDatum(0);
-	if (store_execute(WorkerKeepPlan(&claim_recover_plan, claim_recover_sql, 3,
-									 recover_types),
-					  args, NULL, SPI_OK_UPDATE_RETURNING) == 0)
+	if (!store_recover_batch(palloc0(sizeof(Interval)), destination, 0, args))
 		return false;
-	seq = (int64) strtoi64(store_text_column(0, 1), NULL, 10);
-	args[1] = Int64GetDatum(seq);
-	args[2] = CStringGetTextDatum(store_text_column(0, 2));
-	args[3] = CStringGetTextDatum(store_text_column(0, 3));
 	(void) store_execute(WorkerKeepPlan(&spill_batch_plan, spill_batch_sql, 4,
 										spill_types),
 						 args, NULL, SPI_OK_INSERT);
@@ -979,27 +994,11 @@ uint64
 OutboxStoreClaimRecover(Interval *lease, const char *destination, int64 low_seq,
 						bool relay)
 {
-	Oid			recover_types[3] = {TEXTOID, INTERVALOID, INT8OID};
 	Oid			reread_types[4] = {TEXTOID, INT8OID, TEXTOID, TEXTOID};
 	Datum		args[4];
-	int64		seq;
-	char	   *from_text;
-	char	   *to_text;
 
-	args[0] = CStringGetTextDatum(destination);
-	args[1] = IntervalPGetDatum(lease);
-	args[2] = Int64GetDatum(low_seq);
-	if (store_execute(WorkerKeepPlan(&claim_recover_plan, claim_recover_sql, 3,
-									 recover_types),
-					  args, NULL, SPI_OK_UPDATE_RETURNING) == 0)
+	if (!store_recover_batch(lease, destination, low_seq, args))
 		return 0;
-	seq = (int64) strtoi64(store_text_column(0, 1), NULL, 10);
-	from_text = store_text_column(0, 2);
-	to_text = store_text_column(0, 3);
-
-	args[1] = Int64GetDatum(seq);
-	args[2] = CStringGetTextDatum(from_text);
-	args[3] = CStringGetTextDatum(to_text);
 	if (relay)
 		return store_execute(WorkerKeepPlan(&claim_reread_relay_plan,
 											claim_reread_relay_sql, 4,

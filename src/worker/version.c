@@ -56,8 +56,6 @@
 #include "shmem.h"
 #include "worker/worker.h"
 
-static char *installed_version(void);
-
 /* the version last reported as different, so the log says it once */
 static char reported_version[64] = "";
 
@@ -66,8 +64,8 @@ static char reported_version[64] = "";
  * in the current memory context, or NULL when the extension is not
  * installed.  Needs a transaction.
  */
-static char *
-installed_version(void)
+char *
+OutboxInstalledVersion(void)
 {
 	Relation	rel;
 	ScanKeyData key;
@@ -93,13 +91,6 @@ installed_version(void)
 	return version;
 }
 
-/* installed_version() for the rest of the library */
-char *
-OutboxInstalledVersion(void)
-{
-	return installed_version();
-}
-
 /*
  * Can the relay run a cycle against the SQL objects installed in its
  * database?  Sets *missing when the extension is not installed.  When the
@@ -109,7 +100,7 @@ OutboxInstalledVersion(void)
 bool
 OutboxRelayVersionMatches(RelaySlot *slot, bool *missing)
 {
-	char	   *version = installed_version();
+	char	   *version = OutboxInstalledVersion();
 	char		error[OUTBOX_ERROR_LEN];
 
 	*missing = (version == NULL);
