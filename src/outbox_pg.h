@@ -22,7 +22,7 @@
 
 #include "compat.h"
 
-#define OUTBOX_VERSION			"0.5.0"
+#define OUTBOX_VERSION			"0.5.1"
 
 /* Names of the extension's schemas and tables. */
 #define OUTBOX_SCHEMA			"outbox"
@@ -120,8 +120,12 @@ typedef enum InboxMessageColumn
 	IM_PROCESSED_AT,
 	IM_LAST_ERROR,
 	IM_SEQ,
-	IM_NATTS = IM_SEQ
+	IM_FINISHED_ATTEMPTS,		/* 0.5.1 */
+	IM_NATTS = IM_FINISHED_ATTEMPTS
 } InboxMessageColumn;
+
+/* inbox.messages before 0.5.1 (the library before ALTER EXTENSION UPDATE) */
+#define IM_NATTS_0_5_0			IM_SEQ
 
 /* Most relay workers in one cluster (all databases together). */
 #define OUTBOX_MAX_RELAYS		64

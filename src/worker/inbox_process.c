@@ -32,7 +32,14 @@
  *	   worker process, or crashes the server, still runs out of attempts
  *	   instead of crash-looping the server: leased beyond its handler's
  *	   max_attempts, it is dead-lettered without running the handler again
- *	   (inbox_run_batch).
+ *	   (inbox_run_batch).  Such an attempt leaves attempts above
+ *	   finished_attempts (the processed mark and a recorded failure set
+ *	   one to the other), and the lease takes a message in that state
+ *	   alone (0.5.1): the messages leased with one that kills the worker
+ *	   are charged that one attempt, not one per death, and only the
+ *	   culprit runs out of attempts.  Before, the batch was leased together
+ *	   again and again, and after max_attempts deaths every message of it
+ *	   was dead-lettered.
  *	2. Process, in one transaction: lock the leased rows again (FOR
  *	   UPDATE, and only if their attempt count is still the leased one, so
  *	   a lease that ran out and was taken by another worker is left to that
@@ -159,10 +166,15 @@
 #define INBOX_IDLE_RECHECK_MS		20
 #define INBOX_FETCH_LOCK_TIMEOUT	"1s"
 
-/* for a message no handler matches (inbox.handlers' column defaults) */
-#define INBOX_DEFAULT_MAX_ATTEMPTS	10
-#define INBOX_DEFAULT_BACKOFF_BASE	1000
-#define INBOX_DEFAULT_BACKOFF_MAX	600000
+/*
+ * A message no handler matches waits for one: looked at again after its
+ * age (at least INBOX_UNHANDLED_MIN_MS, at most INBOX_UNHANDLED_MAX_MS
+ * apart), its attempts untouched, and dead-lettered once it has been
+ * pending INBOX_UNHANDLED_WAIT_MS.
+ */
+#define INBOX_UNHANDLED_MIN_MS		1000
+#define INBOX_UNHANDLED_MAX_MS		600000
+#define INBOX_UNHANDLED_WAIT_MS		(60 * 60 * 1000)
 
 /* One message of the batch being processed, in cycle memory. */
 typedef struct InboxMessage
@@ -175,6 +187,7 @@ typedef struct InboxMessage
 	int			backoff_base_ms;
 	int			backoff_max_ms;
 	char	   *type;
+	TimestampTz received_at;
 	bool		has_aggregate;	/* aggregate_id is set: release_plan applies */
 	char	   *error;			/* why the handler failed; NULL: it did not */
 } InboxMessage;
@@ -220,7 +233,7 @@ inbox_prepare_plans(void)
 	Oid			lease_types[2] = {INT4OID, INTERVALOID};
 	Oid			fetch_types[2] = {TEXTARRAYOID, INT4ARRAYOID};
 	Oid			processed_types[1] = {TEXTARRAYOID};
-	Oid			failed_types[4] = {TEXTOID, BOOLOID, TIMESTAMPTZOID, TEXTOID};
+	Oid			failed_types[5] = {TEXTOID, BOOLOID, TIMESTAMPTZOID, TEXTOID, INT4OID};
 	Oid			release_types[1] = {TEXTARRAYOID};
 	Oid			expire_messages_types[2] = {INTERVALOID, INT4OID};
 	Oid			expire_claims_types[1] = {INT4OID};
@@ -251,7 +264,7 @@ inbox_prepare_plans(void)
 	WorkerKeepPlan(&fetch_plan,
 				   "SELECT m, m.id, m.type, m.attempts, h.function::pg_catalog.oid,"
 				   " h.max_attempts, h.backoff_base_ms, h.backoff_max_ms,"
-				   " m.aggregate_id IS NOT NULL"
+				   " m.aggregate_id IS NOT NULL, m.received_at"
 				   "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS l(id, attempts)"
 				   "  JOIN inbox.messages AS m"
 				   "    ON m.id OPERATOR(pg_catalog.=) l.id"
@@ -265,17 +278,19 @@ inbox_prepare_plans(void)
 	WorkerKeepPlan(&processed_plan,
 				   "UPDATE inbox.messages AS m"
 				   "   SET status = 'processed', processed_at = pg_catalog.now(),"
-				   "       last_error = NULL"
+				   "       last_error = NULL, finished_attempts = m.attempts"
 				   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($1)"
 				   "   AND pg_catalog.texteq(m.status, 'pending')",
 				   1, processed_types);
 	WorkerKeepPlan(&failed_plan,
 				   "UPDATE inbox.messages AS m"
 				   "   SET status = CASE WHEN $2 THEN 'dead' ELSE 'pending' END,"
-				   "       next_attempt_at = $3, last_error = $4"
+				   "       next_attempt_at = $3, last_error = $4,"
+				   "       attempts = m.attempts OPERATOR(pg_catalog.-) $5,"
+				   "       finished_attempts = m.attempts OPERATOR(pg_catalog.-) $5"
 				   " WHERE m.id OPERATOR(pg_catalog.=) $1"
 				   "   AND pg_catalog.texteq(m.status, 'pending')",
-				   4, failed_types);
+				   5, failed_types);
 	/* see "Ordering" at the top of the file */
 	WorkerKeepPlan(&release_plan,
 				   "UPDATE inbox.messages AS f"
@@ -518,23 +533,49 @@ inbox_log_text(const char *text)
 /*
  * Record a failed message: its next attempt, or the dead letters.  Returns
  * whether it is dead.
+ *
+ * A message no handler matches is not charged the attempt: its handler,
+ * registered late, gets all of its max_attempts.  Until 0.5.1 such a look
+ * counted, with the defaults of inbox.handlers (10 attempts), and a
+ * handler registered after more looks than its max_attempts dead-lettered
+ * the message without running ("attempt N of M ended without a result").
+ * Uncounted, the wait is paced by the message's age instead: looked at
+ * again after as long as it has been pending (1 s, 2 s, 4 s, ... at most
+ * 10 min apart, with equal jitter as the backoff has), dead once pending
+ * an hour.
  */
 static bool
 inbox_record_failure(InboxMessage *msg, const char *error)
 {
-	bool		dead = msg->attempts >= msg->max_attempts;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		unhandled = !OidIsValid(msg->handler);
+	bool		dead;
 	int64		delay = 0;
-	Datum		args[4];
+	Datum		args[5];
 
-	if (!dead)
-		delay = OutboxBackoffDelayMs(msg->attempts, msg->backoff_base_ms,
-									 msg->backoff_max_ms,
-									 pg_prng_double(&inbox_prng));
+	if (unhandled)
+	{
+		int64		age = (now - msg->received_at) / 1000;
+
+		dead = age >= INBOX_UNHANDLED_WAIT_MS;
+		delay = Min(Max(age, INBOX_UNHANDLED_MIN_MS), INBOX_UNHANDLED_MAX_MS);
+		delay = delay / 2 + (int64) ((delay - delay / 2) * pg_prng_double(&inbox_prng));
+	}
+	else
+	{
+		dead = msg->attempts >= msg->max_attempts;
+		if (!dead)
+			delay = OutboxBackoffDelayMs(msg->attempts, msg->backoff_base_ms,
+										 msg->backoff_max_ms,
+										 pg_prng_double(&inbox_prng));
+	}
+	if (dead)
+		delay = 0;
 	args[0] = CStringGetTextDatum(msg->id);
 	args[1] = BoolGetDatum(dead);
-	args[2] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															  delay));
+	args[2] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
 	args[3] = CStringGetTextDatum(error);
+	args[4] = Int32GetDatum(unhandled ? 1 : 0);
 	if (SPI_execute_plan(failed_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record an inbox handler failure");
 	/*
@@ -543,7 +584,13 @@ inbox_record_failure(InboxMessage *msg, const char *error)
 	 * a peer's text is (peertext.c), so a carriage return or an escape
 	 * sequence in them cannot rewrite the log line on a terminal.
 	 */
-	if (dead)
+	if (dead && unhandled)
+		ereport(LOG,
+				(errmsg("outbox_pg inbox message \"%s\" is dead: no handler matched its type for an hour",
+						inbox_log_text(msg->id)),
+				 errdetail_internal("%s", inbox_log_text(error)),
+				 errhint("Register a handler with inbox.register_handler(), then call inbox.redrive(); or call inbox.purge().")));
+	else if (dead)
 		ereport(LOG,
 				(errmsg("outbox_pg inbox message \"%s\" is dead after %d attempts",
 						inbox_log_text(msg->id), msg->attempts),
@@ -682,11 +729,9 @@ inbox_fetch(Datum *ids, Datum *attempts, int nleased, int *nmsgs)
 		msgs[i].type = TextDatumGetCString(SPI_getbinval(tup, desc, 3, &isnull));
 		msgs[i].attempts = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
 		msgs[i].has_aggregate = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull));
+		msgs[i].received_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 10, &isnull));
 		d = SPI_getbinval(tup, desc, 5, &isnull);
 		msgs[i].handler = isnull ? InvalidOid : DatumGetObjectId(d);
-		msgs[i].max_attempts = INBOX_DEFAULT_MAX_ATTEMPTS;
-		msgs[i].backoff_base_ms = INBOX_DEFAULT_BACKOFF_BASE;
-		msgs[i].backoff_max_ms = INBOX_DEFAULT_BACKOFF_MAX;
 		if (!isnull)
 		{
 			msgs[i].max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));

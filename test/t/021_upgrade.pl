@@ -358,7 +358,15 @@ like($w_err, qr/HINT:  Run ALTER EXTENSION outbox_pg UPDATE first\./, 'and what 
 isnt($w_ret, 0, 'so is TRUNCATE ... CASCADE');
 is($node->safe_psql('up040', q{SELECT count(*) FROM outbox.events WHERE status = 'pending'}),
 	'50', 'the 50 events are still pending');
+# inbox.receive() writes the inbox.messages of before 0.5.1 (one column
+# fewer) until the update, and the update gives its message a count of
+# finished attempts
+is($node->safe_psql('up040', q{SELECT inbox.receive('window-m1', 'window.m', '{}')}), 't',
+	'at 0.4.0 objects, inbox.receive() works');
 $node->safe_psql('up040', 'ALTER EXTENSION outbox_pg UPDATE');
+is($node->safe_psql('up040', q{
+	SELECT status || ' ' || finished_attempts FROM inbox.messages WHERE id = 'window-m1'}),
+	'pending 0', 'the message received before the update is pending, with finished_attempts');
 my @from040 = split /\n(?=\S)/, $node->safe_psql('up040', $catalog_sql);
 my %in_from040 = map { $_ => 1 } @from040;
 is(join("\n", grep { !$in_from040{$_} } @fresh), '', 'nothing of a fresh install is missing or different after an update from 0.4.0');
