@@ -18,12 +18,14 @@
 -- handler's error, or the processed mark); a pending message with more
 -- attempts than that had its last attempt end without one, and the lease
 -- takes it alone, so only the message that kills the worker runs out of
--- attempts.  Pending messages are taken as finished at the update.
+-- attempts.  The attempts of pending messages are taken as finished at the
+-- update (only those attempted: the rest have 0 and 0).
 ALTER TABLE inbox.messages
     ADD COLUMN finished_attempts pg_catalog.int4 NOT NULL DEFAULT 0;
 UPDATE inbox.messages AS m
    SET finished_attempts = m.attempts
- WHERE m.status OPERATOR(pg_catalog.=) 'pending';
+ WHERE m.status OPERATOR(pg_catalog.=) 'pending'
+   AND m.attempts OPERATOR(pg_catalog.>) 0;
 COMMENT ON COLUMN inbox.messages.finished_attempts IS
     'Attempts that ended with a result (the handler''s error or success); fewer than attempts: the last one ended without a result (the worker died, or its transaction failed), and the message is tried alone next.';
 
@@ -122,3 +124,18 @@ BEGIN
         RETURNING l.id, l.attempts;
 END
 $$;
+
+------------------------------------------------------------------------
+-- A release belongs to the destination's name, as its stream does
+------------------------------------------------------------------------
+
+-- outbox.release_aggregate() records that an aggregate's dead events up
+-- to one id no longer block it.  Dead events keep the destination name
+-- they died under and outlive the destination's row (0.5.0); the release
+-- was deleted with the row through this foreign key, so a destination of
+-- policy 'block' deleted and created again had its released aggregates
+-- blocked again by the same dead letters.  A release now stays with the
+-- name (release_aggregate() still needs the destination to exist).
+ALTER TABLE outbox.aggregate_releases DROP CONSTRAINT aggregate_releases_destination_fkey;
+COMMENT ON TABLE outbox.aggregate_releases IS
+    'Written by outbox.release_aggregate(): dead events of the aggregate up to released_through no longer block it; kept when the destination is deleted, like its dead events.';

@@ -88,8 +88,7 @@ PG_FUNCTION_INFO_V1(inbox_pattern_matches);
 #define CLAIM_TTL_MAX_PART_YEARS	11
 
 static void claim_check_visible(EState *estate, Relation rel, ItemPointer tid);
-static bool inbox_insert_unless_exists(Oid relid, const char *table,
-									   int min_natts, int natts,
+static bool inbox_insert_unless_exists(Oid relid, const char *table, int natts,
 									   Datum *values, bool *nulls);
 static char *inbox_text_arg(FunctionCallInfo fcinfo, int argno,
 							const char *what, int maxlen);
@@ -125,23 +124,20 @@ claim_check_visible(EState *estate, Relation rel, ItemPointer tid)
 }
 
 /*
- * Insert a row into relid (a table of the inbox schema with natts columns,
- * or with at least min_natts: the columns of an older version, before
- * ALTER EXTENSION UPDATE added the rest) unless its key exists; true if
- * inserted.  Shared by claim() and receive().
+ * Insert a row into relid (a table of the inbox schema with natts columns)
+ * unless its key exists; true if inserted.  Shared by claim() and
+ * receive().
  */
 static bool
-inbox_insert_unless_exists(Oid relid, const char *table, int min_natts,
-						   int natts, Datum *values, bool *nulls)
+inbox_insert_unless_exists(Oid relid, const char *table, int natts,
+						   Datum *values, bool *nulls)
 {
 	OutboxInsertState st;
 	TupleTableSlot *slot;
 	bool		inserted;
-	int			relnatts;
 
 	OutboxBeginInsert(&st, relid, true);
-	relnatts = RelationGetDescr(st.rel)->natts;
-	if (relnatts < min_natts || relnatts > natts)
+	if (RelationGetDescr(st.rel)->natts != natts)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table \"%s.%s\" does not have the expected columns",
@@ -149,7 +145,7 @@ inbox_insert_unless_exists(Oid relid, const char *table, int min_natts,
 				 errhint("The outbox_pg library and its SQL objects do not match; run ALTER EXTENSION outbox_pg UPDATE.")));
 	st.estate->es_snapshot = GetActiveSnapshot();
 	slot = st.slot;
-	for (int i = 0; i < relnatts; i++)
+	for (int i = 0; i < natts; i++)
 	{
 		slot->tts_values[i] = values[i];
 		slot->tts_isnull[i] = nulls[i];
@@ -321,7 +317,7 @@ inbox_claim(PG_FUNCTION_ARGS)
 	values[3] = TimestampTzGetDatum(expires_at);
 	memset(nulls, false, sizeof(nulls));
 	claimed = inbox_insert_unless_exists(OutboxGetConfig()->claims_relid,
-										 INBOX_CLAIMS_TABLE, CLAIM_NATTS, CLAIM_NATTS,
+										 INBOX_CLAIMS_TABLE, CLAIM_NATTS,
 										 values, nulls);
 
 	PG_RETURN_BOOL(claimed);
@@ -360,6 +356,8 @@ inbox_receive(PG_FUNCTION_ARGS)
 	Datum		payload;
 	TimestampTz now;
 	bool		received;
+	Oid			relid;
+	int			natts;
 
 	if (XactReadOnly)
 		ereport(ERROR,
@@ -426,10 +424,15 @@ inbox_receive(PG_FUNCTION_ARGS)
 												   false)));
 #undef SET_COL
 
-	received = inbox_insert_unless_exists(inbox_relid(cfg->messages_relid,
-													  INBOX_MESSAGES_TABLE),
-										  INBOX_MESSAGES_TABLE,
-										  IM_NATTS_0_5_0, IM_NATTS,
+	/*
+	 * Before ALTER EXTENSION UPDATE to 0.5.1 the table ends with seq: the
+	 * columns 0.5.1 appended are left out, and the update gives them their
+	 * defaults.  Known by name and place, not by count alone.
+	 */
+	relid = inbox_relid(cfg->messages_relid, INBOX_MESSAGES_TABLE);
+	natts = get_attnum(relid, "finished_attempts") == IM_FINISHED_ATTEMPTS ?
+		IM_NATTS : IM_NATTS_0_5_0;
+	received = inbox_insert_unless_exists(relid, INBOX_MESSAGES_TABLE, natts,
 										  values, nulls);
 	if (received)
 		OutboxWakeAtCommit();

@@ -113,8 +113,11 @@
  * processing of messages waits for it.
  *
  * Each step takes its table locks with RVR_SKIP_LOCKED first and skips the
- * cycle when they are not free (DROP or ALTER EXTENSION in progress) or
- * the tables do not exist (extension not updated to 0.2.0).  Errors are
+ * cycle when they are not free (DROP or ALTER EXTENSION in progress), and
+ * it skips the cycle while the extension's SQL objects are at another
+ * version than the library, as the relay does (its statements name
+ * columns of this version: inbox.messages.finished_attempts is 0.5.1's;
+ * until then the inbox ran in that window and every cycle failed).  Errors are
  * caught here, logged (the same one at most once a minute) and end the
  * cycle (step.c reports them); they never reach the relay's own error
  * handling.
@@ -157,6 +160,7 @@
 #include "guc.h"
 #include "peertext.h"
 #include "retry.h"
+#include "worker/relay.h"
 #include "worker/worker.h"
 
 #define INBOX_BATCH					100
@@ -188,6 +192,7 @@ typedef struct InboxMessage
 	int			backoff_max_ms;
 	char	   *type;
 	TimestampTz received_at;
+	char	   *last_error;		/* the previous attempt's; NULL: none */
 	bool		has_aggregate;	/* aggregate_id is set: release_plan applies */
 	char	   *error;			/* why the handler failed; NULL: it did not */
 } InboxMessage;
@@ -223,7 +228,7 @@ static void inbox_prepare_plans(void);
 /* A transaction of the inbox: the extension and its inbox tables. */
 static const WorkerStepSpec inbox_step =
 {
-	WORKER_CHECK_EXTENSION, INBOX_SCHEMA, inbox_tables, lengthof(inbox_tables),
+	WORKER_CHECK_VERSION, INBOX_SCHEMA, inbox_tables, lengthof(inbox_tables),
 	inbox_prepare_plans
 };
 
@@ -264,11 +269,12 @@ inbox_prepare_plans(void)
 	WorkerKeepPlan(&fetch_plan,
 				   "SELECT m, m.id, m.type, m.attempts, h.function::pg_catalog.oid,"
 				   " h.max_attempts, h.backoff_base_ms, h.backoff_max_ms,"
-				   " m.aggregate_id IS NOT NULL, m.received_at"
+				   " m.aggregate_id IS NOT NULL, m.received_at, m.last_error"
 				   "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS l(id, attempts)"
 				   "  JOIN inbox.messages AS m"
 				   "    ON m.id OPERATOR(pg_catalog.=) l.id"
 				   "   AND m.attempts OPERATOR(pg_catalog.=) l.attempts"
+				   "   AND m.finished_attempts OPERATOR(pg_catalog.<) m.attempts"
 				   "  LEFT JOIN LATERAL inbox.handler_for(m.type) AS h ON true"
 				   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($1)"
 				   "   AND pg_catalog.texteq(m.status, 'pending')"
@@ -542,7 +548,10 @@ inbox_log_text(const char *text)
  * Uncounted, the wait is paced by the message's age instead: looked at
  * again after as long as it has been pending (1 s, 2 s, 4 s, ... at most
  * 10 min apart, with equal jitter as the backoff has), dead once pending
- * an hour.
+ * an hour and missed by two looks in a row.  The refund leaves attempts
+ * equal to finished_attempts, so a worker whose lease of the message ran
+ * out before its fetch cannot take it as its own (the fetch wants an
+ * attempt in progress).
  */
 static bool
 inbox_record_failure(InboxMessage *msg, const char *error)
@@ -557,7 +566,14 @@ inbox_record_failure(InboxMessage *msg, const char *error)
 	{
 		int64		age = (now - msg->received_at) / 1000;
 
-		dead = age >= INBOX_UNHANDLED_WAIT_MS;
+		/*
+		 * Dead only if the look before found no handler either: a message
+		 * older than the wait (the inbox stopped for a while, a handler
+		 * registered again in a transaction of its own) is not
+		 * dead-lettered by the first look that misses its handler.
+		 */
+		dead = age >= INBOX_UNHANDLED_WAIT_MS && msg->last_error != NULL &&
+			strcmp(msg->last_error, error) == 0;
 		delay = Min(Max(age, INBOX_UNHANDLED_MIN_MS), INBOX_UNHANDLED_MAX_MS);
 		delay = delay / 2 + (int64) ((delay - delay / 2) * pg_prng_double(&inbox_prng));
 	}
@@ -630,7 +646,7 @@ inbox_lease(Datum **ids, Datum **attempts)
 	int			save_nestlevel;
 
 	inbox_doing = "leasing inbox messages";
-	if (!WorkerStepBegin(&inbox_step, NULL, NULL))
+	if (!WorkerStepBegin(&inbox_step, relay_slot, NULL))
 		return 0;
 
 	/*
@@ -730,6 +746,8 @@ inbox_fetch(Datum *ids, Datum *attempts, int nleased, int *nmsgs)
 		msgs[i].attempts = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
 		msgs[i].has_aggregate = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull));
 		msgs[i].received_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 10, &isnull));
+		d = SPI_getbinval(tup, desc, 11, &isnull);
+		msgs[i].last_error = isnull ? NULL : TextDatumGetCString(d);
 		d = SPI_getbinval(tup, desc, 5, &isnull);
 		msgs[i].handler = isnull ? InvalidOid : DatumGetObjectId(d);
 		if (!isnull)
@@ -845,7 +863,7 @@ inbox_process(int *nleased_out)
 
 	inbox_doing = "processing inbox messages";
 	pgstat_report_activity(STATE_RUNNING, inbox_doing);
-	if (!WorkerStepBegin(&inbox_step, NULL, NULL))
+	if (!WorkerStepBegin(&inbox_step, relay_slot, NULL))
 		return false;			/* being dropped: the leases run out by themselves */
 	msgs = inbox_fetch(ids, attempts, nleased, &nmsgs);
 	inbox_run_batch(msgs, nmsgs);
@@ -919,7 +937,7 @@ inbox_retention(void)
 		warned_retention = -1;
 
 	inbox_doing = "expiring inbox messages and claims";
-	if (!WorkerStepBegin(&inbox_step, NULL, NULL))
+	if (!WorkerStepBegin(&inbox_step, relay_slot, NULL))
 		return false;
 	pgstat_report_activity(STATE_RUNNING, inbox_doing);
 	keep = palloc0(sizeof(Interval));

@@ -82,6 +82,30 @@ INSERT INTO outbox.destinations (name, url) VALUES ('lc5', 'http://127.0.0.1:9/l
 SELECT count(*) AS lc5_claimed FROM outbox._claim(10, '1 min', 'lc5');
 SELECT type FROM outbox._retries_lease(10, '1 min', 'lc5');
 
+-- an aggregate released past its dead letters stays released when its
+-- ordered destination is deleted and created again: the release belongs
+-- to the name, as the dead letters do (0.5.1; 0.5.0 deleted it with the
+-- row, and the same dead letter blocked the aggregate again)
+INSERT INTO outbox.destinations (name, url, options)
+VALUES ('lc8', 'http://127.0.0.1:9/lc8', '{"ordering": "aggregate"}');
+SELECT outbox.emit('lc8.a', 'A', '{}', destination => 'lc8') IS NOT NULL AS emitted;
+SELECT seq AS b8, id AS d8 FROM outbox._claim(10, '1 min', 'lc8') \gset
+SELECT outbox._claim_ack('lc8', :b8, dead => ARRAY[:'d8']::uuid[], dead_status => ARRAY[400],
+                         dead_error => ARRAY['refused']) AS acked;
+SELECT outbox.emit('lc8.b', 'A', '{}', destination => 'lc8') IS NOT NULL AS emitted;
+SELECT destination, aggregate_id FROM outbox.blocked_aggregates WHERE destination = 'lc8';
+SELECT outbox.release_aggregate('lc8', 'A') AS released;
+BEGIN;
+DELETE FROM outbox.destinations WHERE name = 'lc8';
+INSERT INTO outbox.destinations (name, url, options)
+VALUES ('lc8', 'http://127.0.0.1:9/lc8', '{"ordering": "aggregate"}');
+COMMIT;
+SELECT count(*) AS lc8_blocked FROM outbox.blocked_aggregates WHERE destination = 'lc8';
+SELECT type, seq AS b8 FROM outbox._claim(10, '1 min', 'lc8') \gset
+SELECT :'type' AS lc8_claimed, outbox._claim_ack('lc8', :b8);
+DELETE FROM outbox.aggregate_releases WHERE destination = 'lc8';
+DELETE FROM outbox.dead_events WHERE destination = 'lc8';
+
 -- a rename is still refused: the stream would stay under the old name
 UPDATE outbox.destinations SET name = 'lc5_renamed' WHERE name = 'lc5';
 

@@ -312,12 +312,18 @@ is($node->safe_psql('postgres', q{
 	'processed 1 -', 'late handler: its handler ran, in its one attempt');
 $node->safe_psql('postgres', q{SELECT inbox.unregister_handler('late.*')});
 
-# a message that has waited an hour for a handler is dead-lettered, loudly
+# a message that has waited an hour for a handler is dead-lettered, loudly,
+# once two looks in a row found none: an hour-old message the inbox had
+# not looked at yet gets a wait first
 my $log_offset = -s $node->logfile;
 $node->safe_psql('postgres', q{
 	BEGIN;
 	SELECT inbox.receive('stale-1', 'stale.type', '{}');
-	UPDATE inbox.messages SET received_at = now() - interval '61 minutes' WHERE id = 'stale-1';
+	SELECT inbox.receive('stale-2', 'stale.type', '{}');
+	UPDATE inbox.messages SET received_at = now() - interval '61 minutes'
+	 WHERE id IN ('stale-1', 'stale-2');
+	UPDATE inbox.messages SET last_error = 'no inbox handler matches message type "stale.type"'
+	 WHERE id = 'stale-1';
 	COMMIT;
 });
 ok($node->poll_query_until('postgres', q{
@@ -327,7 +333,15 @@ ok($node->wait_for_log(qr/inbox message "stale-1" is dead: no handler matched it
 	$log_offset), 'and it is logged');
 is($node->safe_psql('postgres', q{SELECT attempts FROM inbox.messages WHERE id = 'stale-1'}), '0',
 	'with no attempt used');
-$node->safe_psql('postgres', q{SELECT inbox.purge('stale-1')});
+is($node->safe_psql('postgres', q{
+	SELECT status || ' ' || attempts || ' ' || (last_error IS NOT NULL) || ' ' ||
+	       (next_attempt_at > now() + interval '4 minutes')
+	  FROM inbox.messages WHERE id = 'stale-2'}),
+	'pending 0 true true', 'one as old that no look had missed yet waits for the next look, minutes away');
+$node->safe_psql('postgres', q{
+	SELECT inbox.purge('stale-1');
+	DELETE FROM inbox.messages WHERE id = 'stale-2';
+});
 
 # --- a handler that hangs is cancelled by outbox.inbox_handler_timeout and
 # counts as a failed attempt; the worker goes on
