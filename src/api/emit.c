@@ -39,6 +39,7 @@
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/parsenodes.h"
@@ -52,6 +53,7 @@
 
 #include "outbox_pg.h"
 #include "guc.h"
+#include "peertext.h"
 #include "util.h"
 #include "api/api.h"
 
@@ -431,15 +433,32 @@ emit_choose_destination(FunctionCallInfo fcinfo, EmitEvent *ev)
 	ev->destination = routed ? pstrdup(routed) : NULL;
 }
 
-/* A traceparent given to emit() or written into outbox.events. */
+/*
+ * A traceparent given to emit() or written into outbox.events.  The value
+ * refused is quoted as a peer's text is (peertext.c), cut at
+ * EMIT_TRACEPARENT_SHOWN bytes: it came from outside the application often
+ * enough (an incoming request's header), and its line breaks and escape
+ * sequences reached the client's error and the server log as they were.
+ */
+#define EMIT_TRACEPARENT_SHOWN	128
+
 static void
 emit_check_traceparent(const char *traceparent)
 {
-	if (!OutboxTraceparentIsValid(traceparent))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid traceparent \"%s\"", traceparent),
-				 errdetail("A traceparent has the form \"00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>\" in lower case, with non-zero ids; a later version may append fields of visible ASCII characters (no spaces or control characters) after a dash, up to 512 characters in all.")));
+	char	   *utf8;
+	size_t		len;
+
+	if (OutboxTraceparentIsValid(traceparent))
+		return;
+	utf8 = pg_server_to_any(traceparent, strlen(traceparent), PG_UTF8);
+	len = strlen(utf8);
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid traceparent \"%s\"",
+					OutboxPeerText(utf8, Min(len, EMIT_TRACEPARENT_SHOWN),
+								   len > EMIT_TRACEPARENT_SHOWN, NULL,
+								   4 * EMIT_TRACEPARENT_SHOWN)),
+			 errdetail("A traceparent has the form \"00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>\" in lower case, with non-zero ids; a later version may append fields of visible ASCII characters (no spaces or control characters) after a dash, up to 512 characters in all.")));
 }
 
 /* The trace context: the argument, else the session/transaction setting. */

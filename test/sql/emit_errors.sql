@@ -77,6 +77,15 @@ SELECT left(try($$SELECT outbox.emit('payment.created', '1', '{}',
 SELECT try($$SELECT outbox.emit('payment.created', 'future', '{}',
                    traceparent => '01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-' || repeat('a', 456))$$);
 SELECT try($$SET outbox.traceparent = E'01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-\r\nX: y'$$);
+-- the refused value is quoted escaped and cut: an escape sequence in it
+-- reached the client's error and the server log as it was, and all of it
+SELECT strpos(m, chr(27)) = 0 AS no_escape_byte, strpos(m, chr(13)) = 0 AS no_carriage_return,
+       right(m, 12) AS shown
+  FROM try($$SELECT outbox.emit('payment.created', '1', '{}',
+                   traceparent => E'01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-\r\x1b[2J')$$) AS m;
+SELECT length(try($$SELECT outbox.emit('payment.created', '1', '{}',
+                   traceparent => '01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-' || repeat('a', 2000))$$))
+       < 200 AS cut;
 
 -- not_before
 SELECT try($$SELECT outbox.emit('payment.created', '1', '{}', not_before => 'infinity')$$);
