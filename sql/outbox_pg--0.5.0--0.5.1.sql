@@ -26,6 +26,16 @@ UPDATE inbox.messages AS m
    SET finished_attempts = m.attempts
  WHERE m.status OPERATOR(pg_catalog.=) 'pending'
    AND m.attempts OPERATOR(pg_catalog.>) 0;
+-- 0.5.0 charged a look that found no handler as an attempt; 0.5.1 does
+-- not (src/worker/inbox_process.c), and a message that waits for its
+-- handler gets all of the handler's attempts: its count starts again.
+UPDATE inbox.messages AS m
+   SET attempts = 0, finished_attempts = 0
+ WHERE m.status OPERATOR(pg_catalog.=) 'pending'
+   AND m.attempts OPERATOR(pg_catalog.>) 0
+   AND m.last_error OPERATOR(pg_catalog.=)
+       ('no inbox handler matches message type "' OPERATOR(pg_catalog.||) m.type
+        OPERATOR(pg_catalog.||) '"');
 COMMENT ON COLUMN inbox.messages.finished_attempts IS
     'Attempts that ended with a result (the handler''s error or success); fewer than attempts: the last one ended without a result (the worker died, or its transaction failed), and the message is tried alone next.';
 

@@ -642,6 +642,35 @@ OutboxPeerText(const char *data, size_t len, bool truncated,
 	return out.data;
 }
 
+/*
+ * Text in the database encoding that came from outside (a message id, an
+ * application's value), made safe to show as a peer's text is, at most
+ * max_bytes of it taken (cut between characters) and at most 4 *
+ * max_bytes shown.  Converted to UTF-8 for OutboxPeerText, except in
+ * SQL_ASCII, where the conversion would check the bytes and fail on the
+ * first one that is not UTF-8: those bytes go as they are and come out
+ * escaped.
+ */
+char *
+OutboxServerTextForLog(const char *text, int max_bytes)
+{
+	size_t		len = strlen(text);
+	int			clipped = pg_mbcliplen(text, len, max_bytes);
+	char	   *utf8;
+	size_t		utf8_len = clipped;
+
+	if (GetDatabaseEncoding() == PG_SQL_ASCII)
+		utf8 = (char *) text;
+	else
+	{
+		utf8 = pg_server_to_any(text, clipped, PG_UTF8);
+		if (utf8 != text)
+			utf8_len = strlen(utf8);
+	}
+	return OutboxPeerText(utf8, utf8_len, (size_t) clipped < len, NULL,
+						  4 * max_bytes);
+}
+
 /* The single-valued members of PeerSecretSources, by their key in JSON. */
 static const struct
 {

@@ -40,5 +40,6 @@ typedef struct PeerSecretSources
 extern PeerSecrets *OutboxPeerSecrets(const PeerSecretSources *src);
 extern char *OutboxPeerText(const char *data, size_t len, bool truncated,
 							const PeerSecrets *secrets, int max_bytes);
+extern char *OutboxServerTextForLog(const char *text, int max_bytes);
 
 #endif							/* OUTBOX_PEERTEXT_H */

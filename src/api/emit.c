@@ -39,7 +39,6 @@
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "fmgr.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/parsenodes.h"
@@ -445,19 +444,12 @@ emit_choose_destination(FunctionCallInfo fcinfo, EmitEvent *ev)
 static void
 emit_check_traceparent(const char *traceparent)
 {
-	char	   *utf8;
-	size_t		len;
-
 	if (OutboxTraceparentIsValid(traceparent))
 		return;
-	utf8 = pg_server_to_any(traceparent, strlen(traceparent), PG_UTF8);
-	len = strlen(utf8);
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("invalid traceparent \"%s\"",
-					OutboxPeerText(utf8, Min(len, EMIT_TRACEPARENT_SHOWN),
-								   len > EMIT_TRACEPARENT_SHOWN, NULL,
-								   4 * EMIT_TRACEPARENT_SHOWN)),
+					OutboxServerTextForLog(traceparent, EMIT_TRACEPARENT_SHOWN)),
 			 errdetail("A traceparent has the form \"00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>\" in lower case, with non-zero ids; a later version may append fields of visible ASCII characters (no spaces or control characters) after a dash, up to 512 characters in all.")));
 }
 

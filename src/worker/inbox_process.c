@@ -193,6 +193,7 @@ typedef struct InboxMessage
 	char	   *type;
 	TimestampTz received_at;
 	char	   *last_error;		/* the previous attempt's; NULL: none */
+	int			finished_attempts;	/* before this attempt */
 	bool		has_aggregate;	/* aggregate_id is set: release_plan applies */
 	char	   *error;			/* why the handler failed; NULL: it did not */
 } InboxMessage;
@@ -269,7 +270,8 @@ inbox_prepare_plans(void)
 	WorkerKeepPlan(&fetch_plan,
 				   "SELECT m, m.id, m.type, m.attempts, h.function::pg_catalog.oid,"
 				   " h.max_attempts, h.backoff_base_ms, h.backoff_max_ms,"
-				   " m.aggregate_id IS NOT NULL, m.received_at, m.last_error"
+				   " m.aggregate_id IS NOT NULL, m.received_at, m.last_error,"
+				   " m.finished_attempts"
 				   "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS l(id, attempts)"
 				   "  JOIN inbox.messages AS m"
 				   "    ON m.id OPERATOR(pg_catalog.=) l.id"
@@ -525,15 +527,15 @@ inbox_run_range(InboxRun *base, int from, int to)
 }
 
 /*
- * Text of the database's made safe to log as a peer's (peertext.c reads
- * UTF-8), long enough for the longest message id.
+ * Text of the database's made safe to log as a peer's, long enough for the
+ * longest message id.  In SQL_ASCII a message id or type that is not UTF-8
+ * made the conversion fail, the dead letter's log line with it, and the
+ * whole batch, again at every lease.
  */
 static char *
 inbox_log_text(const char *text)
 {
-	char	   *utf8 = pg_server_to_any(text, strlen(text), PG_UTF8);
-
-	return OutboxPeerText(utf8, strlen(utf8), false, NULL, 8 * OUTBOX_ERROR_LEN);
+	return OutboxServerTextForLog(text, INBOX_ERROR_LEN + 64);
 }
 
 /*
@@ -748,6 +750,7 @@ inbox_fetch(Datum *ids, Datum *attempts, int nleased, int *nmsgs)
 		msgs[i].received_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 10, &isnull));
 		d = SPI_getbinval(tup, desc, 11, &isnull);
 		msgs[i].last_error = isnull ? NULL : TextDatumGetCString(d);
+		msgs[i].finished_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 12, &isnull));
 		d = SPI_getbinval(tup, desc, 5, &isnull);
 		msgs[i].handler = isnull ? InvalidOid : DatumGetObjectId(d);
 		if (!isnull)
@@ -796,8 +799,17 @@ inbox_run_batch(InboxMessage *msgs, int nmsgs)
 		 * ordinary error used to dead-letter, and a handler that killed the
 		 * worker ran again after every lease, for ever.
 		 */
-		else if (msgs[i].attempts > msgs[i].max_attempts)
+		else if (msgs[i].attempts > msgs[i].max_attempts &&
+				 msgs[i].finished_attempts < msgs[i].attempts - 1)
 			msgs[i].error = psprintf("attempt %d of %d ended without a result: the worker stopped, or its transaction failed, while the message was being processed",
+									 msgs[i].attempts - 1, msgs[i].max_attempts);
+
+		/*
+		 * Its attempts so far ended with results, and its handler allows
+		 * fewer now (registered again with a lower max_attempts).
+		 */
+		else if (msgs[i].attempts > msgs[i].max_attempts)
+			msgs[i].error = psprintf("no attempt left: the message has had %d, and its handler allows %d",
 									 msgs[i].attempts - 1, msgs[i].max_attempts);
 	}
 	inbox_run_range(&run, 0, nmsgs);

@@ -391,8 +391,23 @@ static const char *trim_streams_sql =
 "   AND " TRIM_STREAMS_GONE_SQL("s");
 
 /*
- * Delete the batches no one reads any more, and the streams of names gone
- * for good; returns how many batches.
+ * The releases (outbox.release_aggregate()) of names that have no
+ * destination, of aggregates that have no dead letter under the name any
+ * more: they belong to the name as its dead letters do (0.5.1), and go
+ * with the last of them once the destination is gone.  A release is made
+ * only while the destination exists and the aggregate has dead letters.
+ */
+static const char *trim_releases_sql =
+"DELETE FROM outbox.aggregate_releases AS r"
+" WHERE NOT EXISTS (SELECT 1 FROM outbox.destinations AS d"
+"                    WHERE d.name OPERATOR(pg_catalog.=) r.destination)"
+"   AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS e"
+"                    WHERE e.destination OPERATOR(pg_catalog.=) r.destination"
+"                      AND e.ordering_key OPERATOR(pg_catalog.=) r.aggregate_id)";
+
+/*
+ * Delete the batches no one reads any more, the streams of names gone for
+ * good and their releases; returns how many batches.
  */
 int64
 OutboxTrimBatches(void)
@@ -420,6 +435,8 @@ OutboxTrimBatches(void)
 		SPI_execute_with_args(trim_streams_sql, 1, types, args, NULL, false, 0)
 		!= SPI_OK_DELETE)
 		elog(ERROR, "outbox stream trim statement failed");
+	if (SPI_execute(trim_releases_sql, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "outbox release trim statement failed");
 	return n;
 }
 

@@ -103,19 +103,21 @@ COMMIT;
 SELECT count(*) AS lc8_blocked FROM outbox.blocked_aggregates WHERE destination = 'lc8';
 SELECT type, seq AS b8 FROM outbox._claim(10, '1 min', 'lc8') \gset
 SELECT :'type' AS lc8_claimed, outbox._claim_ack('lc8', :b8);
-DELETE FROM outbox.aggregate_releases WHERE destination = 'lc8';
-DELETE FROM outbox.dead_events WHERE destination = 'lc8';
 
 -- a rename is still refused: the stream would stay under the old name
 UPDATE outbox.destinations SET name = 'lc5_renamed' WHERE name = 'lc5';
 
 -- the trim keeps the streams of deleted names while the log holds events
--- of them, and deletes them after
+-- of them, and deletes them after; it keeps a deleted name's releases
+-- while its dead letters of the aggregate are there
 SELECT outbox.emit('lc1.c', NULL, '{}', destination => 'lc1') IS NOT NULL AS emitted;
 DELETE FROM outbox.destinations WHERE name LIKE 'lc%';
 SELECT outbox._trim_batches() >= 0 AS trimmed;
 SELECT destination FROM outbox.streams WHERE destination LIKE 'lc%' ORDER BY 1;
+SELECT destination, aggregate_id FROM outbox.aggregate_releases WHERE destination LIKE 'lc%';
 TRUNCATE outbox.log_0, outbox.log_1, outbox.log_2, outbox.retries;
+DELETE FROM outbox.dead_events WHERE destination LIKE 'lc%';
 SELECT outbox._trim_batches() >= 0 AS trimmed;
 SELECT count(*) AS lc_streams FROM outbox.streams WHERE destination LIKE 'lc%';
+SELECT count(*) AS lc_releases FROM outbox.aggregate_releases WHERE destination LIKE 'lc%';
 UPDATE outbox.rotation SET slot = 0;

@@ -343,6 +343,33 @@ $node->safe_psql('postgres', q{
 	DELETE FROM inbox.messages WHERE id = 'stale-2';
 });
 
+# --- a handler registered again with fewer attempts than a message has
+# had: dead without running, and said so (it read "attempt 1 of 1 ended
+# without a result", which it had not)
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION public.refuse(m inbox.messages) RETURNS void
+	LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '% refused', m.id; END $$;
+	SELECT inbox.register_handler('lower.*', 'public.refuse(inbox.messages)',
+	                              max_attempts => 3, backoff_base_ms => 60000, backoff_max_ms => 60000);
+	SELECT inbox.receive('lower-1', 'lower.x', '{}');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT attempts = 1 AND last_error = 'P0001: lower-1 refused' FROM inbox.messages WHERE id = 'lower-1'}),
+	'lower: the message failed once');
+$node->safe_psql('postgres', q{
+	SELECT inbox.register_handler('lower.*', 'public.refuse(inbox.messages)', max_attempts => 1);
+	UPDATE inbox.messages SET next_attempt_at = now() WHERE id = 'lower-1';
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT status = 'dead' FROM inbox.messages WHERE id = 'lower-1'}),
+	'lower: dead once its handler allows fewer attempts');
+is($node->safe_psql('postgres', q{SELECT last_error FROM inbox.messages WHERE id = 'lower-1'}),
+	'no attempt left: the message has had 1, and its handler allows 1', 'lower: and says why');
+$node->safe_psql('postgres', q{
+	SELECT inbox.purge('lower-1');
+	SELECT inbox.unregister_handler('lower.*');
+});
+
 # --- a handler that hangs is cancelled by outbox.inbox_handler_timeout and
 # counts as a failed attempt; the worker goes on
 $node->safe_psql('postgres', q{
@@ -602,6 +629,28 @@ sleep(1);
 is($node->safe_psql('postgres', q{
 	SELECT attempts || ' ' || (next_attempt_at > now() + interval '4 min') FROM inbox.messages WHERE id = 'ord-1'}),
 	'1 true', 'the ordered message still waits for its retry 5 to 10 minutes away: one attempt');
+
+# --- a database in SQL_ASCII: text that is not UTF-8 is shown escaped.  The
+# conversion to UTF-8 for the log checked the bytes and failed: emit()
+# answered 22021 instead of naming the bad traceparent, and the dead
+# letter's log line failed its whole batch, again at every lease.
+$node->safe_psql('postgres', q{CREATE DATABASE ascii ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0});
+$node->safe_psql('ascii', q{CREATE EXTENSION outbox_pg});
+my ($a_ret, $a_out, $a_err) = $node->psql('ascii', q{
+	SELECT outbox.emit('x.y', '1', '{}', traceparent => E'00-\xe9')});
+like($a_err, qr/ERROR:  invalid traceparent "00-\\xe9"/, 'SQL_ASCII: a traceparent that is not UTF-8 is named, escaped');
+$log_offset = -s $node->logfile;
+$node->safe_psql('ascii', q{
+	BEGIN;
+	SELECT inbox.receive(E'bad-\xe9', 'nothing.x', '{}');
+	UPDATE inbox.messages SET received_at = now() - interval '61 minutes',
+	       last_error = 'no inbox handler matches message type "nothing.x"';
+	COMMIT;
+});
+ok($node->poll_query_until('ascii', q{SELECT status = 'dead' FROM inbox.messages}),
+	'SQL_ASCII: a message whose id is not UTF-8 is dead-lettered');
+ok($node->wait_for_log(qr/inbox message "bad-\\xe9" is dead: no handler matched/, $log_offset),
+	'and logged, its id escaped');
 
 # --- wake at commit: with a 60 s poll, a received message is processed at once
 $node->safe_psql('postgres', q{
