@@ -28,7 +28,9 @@ UPDATE inbox.messages AS m
    AND m.attempts OPERATOR(pg_catalog.>) 0;
 -- 0.5.0 charged a look that found no handler as an attempt; 0.5.1 does
 -- not (src/worker/inbox_process.c), and a message that waits for its
--- handler gets all of the handler's attempts: its count starts again.
+-- handler gets all of the handler's attempts: its count starts again
+-- (also where a handler failed it before it was unregistered: those
+-- failures are forgiven, which costs at most a few more tries).
 UPDATE inbox.messages AS m
    SET attempts = 0, finished_attempts = 0
  WHERE m.status OPERATOR(pg_catalog.=) 'pending'

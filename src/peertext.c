@@ -644,30 +644,24 @@ OutboxPeerText(const char *data, size_t len, bool truncated,
 
 /*
  * Text in the database encoding that came from outside (a message id, an
- * application's value), made safe to show as a peer's text is, at most
- * max_bytes of it taken (cut between characters) and at most 4 *
- * max_bytes shown.  Converted to UTF-8 for OutboxPeerText, except in
- * SQL_ASCII, where the conversion would check the bytes and fail on the
- * first one that is not UTF-8: those bytes go as they are and come out
- * escaped.
+ * application's value), made safe to show as a peer's text is: at most
+ * max_bytes of it taken (cut between characters), at most 4 * max_bytes
+ * shown.  Never raises an error, like OutboxPeerText: in a UTF8 database
+ * the text is what OutboxPeerText reads; in any other one its bytes are
+ * passed as they are, ASCII shown and the rest escaped (\xNN).  Converted
+ * to UTF-8 first, the text raised an error in SQL_ASCII (a byte that is
+ * not UTF-8), in an encoding with no conversion to UTF-8 (MULE_INTERNAL)
+ * and for a byte with no UTF-8 equivalent (0x81 in WIN1252): emit()
+ * answered with that error instead of naming the bad value, and an inbox
+ * dead letter's log line failed its whole batch, at every lease.
  */
 char *
 OutboxServerTextForLog(const char *text, int max_bytes)
 {
 	size_t		len = strlen(text);
 	int			clipped = pg_mbcliplen(text, len, max_bytes);
-	char	   *utf8;
-	size_t		utf8_len = clipped;
 
-	if (GetDatabaseEncoding() == PG_SQL_ASCII)
-		utf8 = (char *) text;
-	else
-	{
-		utf8 = pg_server_to_any(text, clipped, PG_UTF8);
-		if (utf8 != text)
-			utf8_len = strlen(utf8);
-	}
-	return OutboxPeerText(utf8, utf8_len, (size_t) clipped < len, NULL,
+	return OutboxPeerText(text, clipped, (size_t) clipped < len, NULL,
 						  4 * max_bytes);
 }
 

@@ -194,6 +194,7 @@ typedef struct InboxMessage
 	TimestampTz received_at;
 	char	   *last_error;		/* the previous attempt's; NULL: none */
 	int			finished_attempts;	/* before this attempt */
+	bool		unrun;			/* this attempt did not run: not charged */
 	bool		has_aggregate;	/* aggregate_id is set: release_plan applies */
 	char	   *error;			/* why the handler failed; NULL: it did not */
 } InboxMessage;
@@ -528,9 +529,9 @@ inbox_run_range(InboxRun *base, int from, int to)
 
 /*
  * Text of the database's made safe to log as a peer's, long enough for the
- * longest message id.  In SQL_ASCII a message id or type that is not UTF-8
- * made the conversion fail, the dead letter's log line with it, and the
- * whole batch, again at every lease.
+ * longest message id (see OutboxServerTextForLog: the conversion to UTF-8
+ * it did before 0.5.1 could fail, and with it the dead letter's log line
+ * and the whole batch, again at every lease).
  */
 static char *
 inbox_log_text(const char *text)
@@ -593,7 +594,7 @@ inbox_record_failure(InboxMessage *msg, const char *error)
 	args[1] = BoolGetDatum(dead);
 	args[2] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
 	args[3] = CStringGetTextDatum(error);
-	args[4] = Int32GetDatum(unhandled ? 1 : 0);
+	args[4] = Int32GetDatum(unhandled || msg->unrun ? 1 : 0);
 	if (SPI_execute_plan(failed_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record an inbox handler failure");
 	/*
@@ -611,7 +612,7 @@ inbox_record_failure(InboxMessage *msg, const char *error)
 	else if (dead)
 		ereport(LOG,
 				(errmsg("outbox_pg inbox message \"%s\" is dead after %d attempts",
-						inbox_log_text(msg->id), msg->attempts),
+						inbox_log_text(msg->id), msg->attempts - (msg->unrun ? 1 : 0)),
 				 errdetail_internal("%s", inbox_log_text(error)),
 				 errhint("Fix the handler, then call inbox.redrive() or inbox.purge().")));
 	return dead;
@@ -809,8 +810,11 @@ inbox_run_batch(InboxMessage *msgs, int nmsgs)
 		 * fewer now (registered again with a lower max_attempts).
 		 */
 		else if (msgs[i].attempts > msgs[i].max_attempts)
+		{
 			msgs[i].error = psprintf("no attempt left: the message has had %d, and its handler allows %d",
 									 msgs[i].attempts - 1, msgs[i].max_attempts);
+			msgs[i].unrun = true;
+		}
 	}
 	inbox_run_range(&run, 0, nmsgs);
 

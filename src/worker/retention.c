@@ -393,17 +393,36 @@ static const char *trim_streams_sql =
 /*
  * The releases (outbox.release_aggregate()) of names that have no
  * destination, of aggregates that have no dead letter under the name any
- * more: they belong to the name as its dead letters do (0.5.1), and go
- * with the last of them once the destination is gone.  A release is made
- * only while the destination exists and the aggregate has dead letters.
+ * more, nor a redriven one waiting in outbox.retries (it may die again,
+ * and the release covers it): they belong to the name as its dead letters
+ * do (0.5.1), and go with the last of them once the destination is gone.
+ * Two statements, as the stream trim: the candidates are locked with SKIP
+ * LOCKED (a release_aggregate() of a name created again holds its row:
+ * waiting for it would stall relay 0's lease transaction), then checked
+ * again with a snapshot taken after the locks and deleted.
  */
+#define TRIM_RELEASES_GONE_SQL(r) \
+"NOT EXISTS (SELECT 1 FROM outbox.destinations AS d" \
+"             WHERE d.name OPERATOR(pg_catalog.=) " r ".destination)" \
+" AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS e" \
+"                  WHERE e.destination OPERATOR(pg_catalog.=) " r ".destination" \
+"                    AND e.ordering_key OPERATOR(pg_catalog.=) " r ".aggregate_id)" \
+" AND NOT EXISTS (SELECT 1 FROM outbox.retries AS x" \
+"                  WHERE x.destination OPERATOR(pg_catalog.=) " r ".destination" \
+"                    AND x.ordering_key OPERATOR(pg_catalog.=) " r ".aggregate_id)"
+
+static const char *trim_releases_lock_sql =
+"SELECT pg_catalog.array_agg(g.destination), pg_catalog.array_agg(g.aggregate_id) FROM ("
+"    SELECT r.destination, r.aggregate_id FROM outbox.aggregate_releases AS r"
+"     WHERE " TRIM_RELEASES_GONE_SQL("r")
+"       FOR UPDATE OF r SKIP LOCKED) AS g";
+
 static const char *trim_releases_sql =
 "DELETE FROM outbox.aggregate_releases AS r"
-" WHERE NOT EXISTS (SELECT 1 FROM outbox.destinations AS d"
-"                    WHERE d.name OPERATOR(pg_catalog.=) r.destination)"
-"   AND NOT EXISTS (SELECT 1 FROM outbox.dead_events AS e"
-"                    WHERE e.destination OPERATOR(pg_catalog.=) r.destination"
-"                      AND e.ordering_key OPERATOR(pg_catalog.=) r.aggregate_id)";
+" USING ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS c(destination, aggregate_id)"
+" WHERE r.destination OPERATOR(pg_catalog.=) c.destination"
+"   AND r.aggregate_id OPERATOR(pg_catalog.=) c.aggregate_id"
+"   AND " TRIM_RELEASES_GONE_SQL("r");
 
 /*
  * Delete the batches no one reads any more, the streams of names gone for
@@ -413,7 +432,9 @@ int64
 OutboxTrimBatches(void)
 {
 	Oid			types[1] = {TEXTARRAYOID};
+	Oid			release_types[2] = {TEXTARRAYOID, TEXTARRAYOID};
 	Datum		args[1];
+	Datum		release_args[2];
 	bool		isnull;
 	int64		n;
 
@@ -435,7 +456,16 @@ OutboxTrimBatches(void)
 		SPI_execute_with_args(trim_streams_sql, 1, types, args, NULL, false, 0)
 		!= SPI_OK_DELETE)
 		elog(ERROR, "outbox stream trim statement failed");
-	if (SPI_execute(trim_releases_sql, false, 0) != SPI_OK_DELETE)
+	if (SPI_execute(trim_releases_lock_sql, false, 0) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "outbox release trim lock statement failed");
+	release_args[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+									&isnull);
+	release_args[1] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+									&isnull);
+	if (!isnull &&
+		SPI_execute_with_args(trim_releases_sql, 2, release_types, release_args,
+							  NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "outbox release trim statement failed");
 	return n;
 }

@@ -378,7 +378,8 @@ unlike(slurp_file($node->logfile, $window_log), qr/finished_attempts/,
 # update gives such a message its attempts back; a message that failed in
 # its handler keeps its count, as finished attempts
 $node->safe_psql('up040', q{
-	UPDATE inbox.messages SET attempts = 5, last_error = 'no inbox handler matches message type "window.m"'
+	UPDATE inbox.messages SET attempts = 5, last_error = 'no inbox handler matches message type "window.m"',
+	       next_attempt_at = now() + interval '1 hour'
 	 WHERE id = 'window-m1';
 	SELECT inbox.receive('window-m2', 'window.m', '{}');
 	UPDATE inbox.messages SET attempts = 2, last_error = 'P0001: boom', next_attempt_at = now() + interval '1 hour'

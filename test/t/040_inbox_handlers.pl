@@ -363,8 +363,9 @@ $node->safe_psql('postgres', q{
 ok($node->poll_query_until('postgres', q{
 	SELECT status = 'dead' FROM inbox.messages WHERE id = 'lower-1'}),
 	'lower: dead once its handler allows fewer attempts');
-is($node->safe_psql('postgres', q{SELECT last_error FROM inbox.messages WHERE id = 'lower-1'}),
-	'no attempt left: the message has had 1, and its handler allows 1', 'lower: and says why');
+is($node->safe_psql('postgres', q{SELECT attempts || ' ' || last_error FROM inbox.messages WHERE id = 'lower-1'}),
+	'1 no attempt left: the message has had 1, and its handler allows 1',
+	'lower: and says why, charged only the attempt that ran');
 $node->safe_psql('postgres', q{
 	SELECT inbox.purge('lower-1');
 	SELECT inbox.unregister_handler('lower.*');
