@@ -646,23 +646,41 @@ OutboxPeerText(const char *data, size_t len, bool truncated,
  * Text in the database encoding that came from outside (a message id, an
  * application's value), made safe to show as a peer's text is: at most
  * max_bytes of it taken (cut between characters), at most 4 * max_bytes
- * shown.  Never raises an error, like OutboxPeerText: in a UTF8 database
- * the text is what OutboxPeerText reads; in any other one its bytes are
- * passed as they are, ASCII shown and the rest escaped (\xNN).  Converted
- * to UTF-8 first, the text raised an error in SQL_ASCII (a byte that is
- * not UTF-8), in an encoding with no conversion to UTF-8 (MULE_INTERNAL)
- * and for a byte with no UTF-8 equivalent (0x81 in WIN1252): emit()
- * answered with that error instead of naming the bad value, and an inbox
- * dead letter's log line failed its whole batch, at every lease.
+ * shown.  Never raises an error, like OutboxPeerText.  In a UTF8 database
+ * the text is what OutboxPeerText reads.  In any other one its bytes are
+ * shown as they are where they are printable ASCII, and escaped (\xNN,
+ * "\r") otherwise: read as UTF-8, a run of them that happened to be legal
+ * UTF-8 showed as another character, and an operator could not find the
+ * value again.  Converted to UTF-8 first (before 0.5.1), the text raised
+ * an error in SQL_ASCII (a byte that is not UTF-8), in an encoding with no
+ * conversion to UTF-8 (MULE_INTERNAL) and for a byte with no UTF-8
+ * equivalent (0x81 in WIN1252): emit() answered with that error instead
+ * of naming the bad value, and an inbox dead letter's log line failed its
+ * whole batch, at every lease.
  */
 char *
 OutboxServerTextForLog(const char *text, int max_bytes)
 {
 	size_t		len = strlen(text);
 	int			clipped = pg_mbcliplen(text, len, max_bytes);
+	StringInfoData out;
 
-	return OutboxPeerText(text, clipped, (size_t) clipped < len, NULL,
-						  4 * max_bytes);
+	if (GetDatabaseEncoding() == PG_UTF8)
+		return OutboxPeerText(text, clipped, (size_t) clipped < len, NULL,
+							  4 * max_bytes);
+	initStringInfo(&out);
+	for (int i = 0; i < clipped; i++)
+	{
+		unsigned char c = (unsigned char) text[i];
+
+		if (c == '\t' || c == '\n' || (c >= 0x20 && c < 0x7f))
+			appendStringInfoChar(&out, (char) c);
+		else if (c == '\r')
+			appendStringInfoString(&out, "\\r");
+		else
+			appendStringInfo(&out, "\\x%02x", c);
+	}
+	return out.data;
 }
 
 /* The single-valued members of PeerSecretSources, by their key in JSON. */

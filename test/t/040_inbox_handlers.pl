@@ -640,18 +640,26 @@ $node->safe_psql('ascii', q{CREATE EXTENSION outbox_pg});
 my ($a_ret, $a_out, $a_err) = $node->psql('ascii', q{
 	SELECT outbox.emit('x.y', '1', '{}', traceparent => E'00-\xe9')});
 like($a_err, qr/ERROR:  invalid traceparent "00-\\xe9"/, 'SQL_ASCII: a traceparent that is not UTF-8 is named, escaped');
+# bytes that happen to be legal UTF-8 are shown as the bytes they are,
+# not as the character UTF-8 would make of them
+($a_ret, $a_out, $a_err) = $node->psql('ascii', q{
+	SELECT outbox.emit('x.y', '1', '{}', traceparent => E'00-\xc3\xa9')});
+like($a_err, qr/ERROR:  invalid traceparent "00-\\xc3\\xa9"/, 'SQL_ASCII: bytes that look like UTF-8 are shown as bytes');
 $log_offset = -s $node->logfile;
 $node->safe_psql('ascii', q{
 	BEGIN;
 	SELECT inbox.receive(E'bad-\xe9', 'nothing.x', '{}');
+	SELECT inbox.receive(E'bad-\xc3\xa9', 'nothing.x', '{}');
 	UPDATE inbox.messages SET received_at = now() - interval '61 minutes',
 	       last_error = 'no inbox handler matches message type "nothing.x"';
 	COMMIT;
 });
-ok($node->poll_query_until('ascii', q{SELECT status = 'dead' FROM inbox.messages}),
-	'SQL_ASCII: a message whose id is not UTF-8 is dead-lettered');
+ok($node->poll_query_until('ascii', q{SELECT bool_and(status = 'dead') FROM inbox.messages}),
+	'SQL_ASCII: messages whose ids are not UTF-8 are dead-lettered');
 ok($node->wait_for_log(qr/inbox message "bad-\\xe9" is dead: no handler matched/, $log_offset),
-	'and logged, its id escaped');
+	'and logged, the id escaped');
+ok($node->wait_for_log(qr/inbox message "bad-\\xc3\\xa9" is dead: no handler matched/, $log_offset),
+	'and the id whose bytes look like UTF-8 logged as its bytes');
 
 # --- wake at commit: with a 60 s poll, a received message is processed at once
 $node->safe_psql('postgres', q{
