@@ -46,11 +46,20 @@ OutboxBackoffDelayMs(int attempt, int base_ms, int cap_ms, double jitter)
 		delay *= 2;
 	if (delay > cap_ms)
 		delay = cap_ms;
+	return OutboxEqualJitterMs(delay, jitter);
+}
+
+/*
+ * Equal jitter: half of delay_ms, plus jitter (0..1) times the other half.
+ */
+int64
+OutboxEqualJitterMs(int64 delay_ms, double jitter)
+{
 	if (jitter < 0.0)
 		jitter = 0.0;
 	if (jitter > 1.0)
 		jitter = 1.0;
-	return delay / 2 + (int64) ((delay - delay / 2) * jitter);
+	return delay_ms / 2 + (int64) ((delay_ms - delay_ms / 2) * jitter);
 }
 
 DeliveryOutcome

@@ -37,6 +37,7 @@ typedef enum TransportFailure
 
 extern int64 OutboxBackoffDelayMs(int attempt, int base_ms, int cap_ms,
 								  double jitter);
+extern int64 OutboxEqualJitterMs(int64 delay_ms, double jitter);
 extern DeliveryOutcome OutboxClassifyResponse(int status,
 											  TransportFailure failure);
 extern bool OutboxIsDestinationFailure(int status, TransportFailure failure);

@@ -27,6 +27,8 @@ typedef struct OutboxConfig
 	Oid			claims_relid;
 	Oid			messages_relid; /* InvalidOid before 0.2.0 */
 	Oid			messages_seq_relid;	/* likewise */
+	int			messages_natts; /* IM_* columns present: IM_NATTS_0_5_0 before
+								 * 0.5.1's update */
 	int			events_natts;	/* EV_* columns present (worker/version.c) */
 	/* the insert-only store (issue #21); InvalidOid before its update */
 	Oid			rotation_relid;

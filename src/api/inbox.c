@@ -356,8 +356,6 @@ inbox_receive(PG_FUNCTION_ARGS)
 	Datum		payload;
 	TimestampTz now;
 	bool		received;
-	Oid			relid;
-	int			natts;
 
 	if (XactReadOnly)
 		ereport(ERROR,
@@ -425,14 +423,14 @@ inbox_receive(PG_FUNCTION_ARGS)
 #undef SET_COL
 
 	/*
-	 * Before ALTER EXTENSION UPDATE to 0.5.1 the table ends with seq: the
+	 * Before ALTER EXTENSION UPDATE to 0.5.1 the table ends with seq
+	 * (cfg->messages_natts, known by the column's name and place): the
 	 * columns 0.5.1 appended are left out, and the update gives them their
-	 * defaults.  Known by name and place, not by count alone.
+	 * defaults.
 	 */
-	relid = inbox_relid(cfg->messages_relid, INBOX_MESSAGES_TABLE);
-	natts = get_attnum(relid, "finished_attempts") == IM_FINISHED_ATTEMPTS ?
-		IM_NATTS : IM_NATTS_0_5_0;
-	received = inbox_insert_unless_exists(relid, INBOX_MESSAGES_TABLE, natts,
+	received = inbox_insert_unless_exists(inbox_relid(cfg->messages_relid,
+													  INBOX_MESSAGES_TABLE),
+										  INBOX_MESSAGES_TABLE, cfg->messages_natts,
 										  values, nulls);
 	if (received)
 		OutboxWakeAtCommit();

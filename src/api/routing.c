@@ -317,6 +317,11 @@ config_find_tables(void)
 		config.claims_relid = get_relname_relid(INBOX_CLAIMS_TABLE, nspid);
 		config.messages_relid = get_relname_relid(INBOX_MESSAGES_TABLE, nspid);
 		config.messages_seq_relid = get_relname_relid(INBOX_MESSAGES_SEQ, nspid);
+		/* before ALTER EXTENSION UPDATE to 0.5.1 the table ends with seq */
+		config.messages_natts =
+			OidIsValid(config.messages_relid) &&
+			get_attnum(config.messages_relid, "finished_attempts") == IM_FINISHED_ATTEMPTS ?
+			IM_NATTS : IM_NATTS_0_5_0;
 	}
 	if (!OidIsValid(config.claims_relid))
 		ereport(ERROR,

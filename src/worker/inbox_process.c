@@ -577,8 +577,9 @@ inbox_record_failure(InboxMessage *msg, const char *error)
 		 */
 		dead = age >= INBOX_UNHANDLED_WAIT_MS && msg->last_error != NULL &&
 			strcmp(msg->last_error, error) == 0;
-		delay = Min(Max(age, INBOX_UNHANDLED_MIN_MS), INBOX_UNHANDLED_MAX_MS);
-		delay = delay / 2 + (int64) ((delay - delay / 2) * pg_prng_double(&inbox_prng));
+		delay = OutboxEqualJitterMs(Min(Max(age, INBOX_UNHANDLED_MIN_MS),
+										INBOX_UNHANDLED_MAX_MS),
+									pg_prng_double(&inbox_prng));
 	}
 	else
 	{
@@ -594,7 +595,7 @@ inbox_record_failure(InboxMessage *msg, const char *error)
 	args[1] = BoolGetDatum(dead);
 	args[2] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
 	args[3] = CStringGetTextDatum(error);
-	args[4] = Int32GetDatum(unhandled || msg->unrun ? 1 : 0);
+	args[4] = Int32GetDatum(msg->unrun ? 1 : 0);
 	if (SPI_execute_plan(failed_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record an inbox handler failure");
 	/*
@@ -788,8 +789,11 @@ inbox_run_batch(InboxMessage *msgs, int nmsgs)
 	for (int i = 0; i < nmsgs; i++)
 	{
 		if (!OidIsValid(msgs[i].handler))
+		{
 			msgs[i].error = psprintf("no inbox handler matches message type \"%s\"",
 									 msgs[i].type);
+			msgs[i].unrun = true;	/* see inbox_record_failure */
+		}
 
 		/*
 		 * Leased more often than its handler allows: an attempt ended
