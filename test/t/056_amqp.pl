@@ -264,7 +264,15 @@ ok($node->poll_query_until('postgres',
 # the consumer applies each payment once
 ok(wait_until(sub { $node->safe_psql('postgres', 'SELECT count(DISTINCT payment_no) FROM ledger') >= $paid }, 90),
 	'the consumer applied every payment');
-sleep 1;
+# its log line for a message follows the commit: wait for the lines (at
+# most 30 s) rather than a fixed second before stopping it (a fixed
+# second once left one line unwritten on PostgreSQL 18)
+wait_until(sub {
+	open(my $lf, '<', $clog) or return 0;
+	my $n = grep { /^applied / } <$lf>;
+	close $lf;
+	return $n >= $paid;
+}, 30);
 $consumer->kill_kill;
 my $ids_text = $node->safe_psql('postgres', q{SELECT string_agg(id::text, ' ') FROM outbox.events WHERE type = 'ledger.payment'});
 my %applied;
