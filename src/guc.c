@@ -301,7 +301,7 @@ define_transport_gucs(void)
 {
 	DefineCustomIntVariable("outbox.max_response_size",
 							"Largest response body the relay reads from a destination.",
-							"Longer responses fail the attempt.",
+							"A webhook's longer answer is cut and counts by its status; other kinds fail the attempt.",
 							&outbox_max_response_size,
 							64 * 1024, 1024, 64 * 1024 * 1024,
 							PGC_SIGHUP,

@@ -49,7 +49,10 @@
  * never ereport and never longjmp.  The socket callback only calls
  * epoll_ctl(); the response body goes into a fixed buffer inside the
  * request, and a body longer than outbox.max_response_size aborts the
- * transfer.
+ * transfer (the connection is closed).  Such an answer still counts by
+ * its status when the kind reads no more than the body's start (a webhook:
+ * a 2xx is the receiver's acknowledgement, however much it says after it);
+ * a kind that parses the whole body (capture) gets no answer.
  *
  * Safety of every transfer: only http and https (redirects included),
  * redirects not followed, no proxy (the environment is ignored), connect
@@ -631,15 +634,30 @@ HttpClientSkip(HttpClient *client, HttpRequest *req)
 }
 
 /*
+ * The status and headers arrived whole and only the body went over
+ * outbox.max_response_size, for a request whose kind reads no more of the
+ * body than its start (no capture buffer): the answer stands, cut.
+ */
+static bool
+http_body_cut(const HttpRequest *req)
+{
+	return req->response_too_large && req->capture == NULL &&
+		req->status != 0 && req->curl_code == CURLE_WRITE_ERROR;
+}
+
+/*
  * What a finished transfer means to the retry policy: an answer (any
- * status) or none.  An answer cut short (too large, a header line over
- * curl's limit) is no answer to classify.
+ * status) or none.  An answer cut short (a header line over curl's limit,
+ * a body too large for a kind that parses it) is no answer to classify; a
+ * body too large for a kind that only shows its start is cut there.
  */
 static TransportFailure
 http_failure(const HttpRequest *req)
 {
 	if (req->refused)
 		return TRANSPORT_REFUSED;
+	if (http_body_cut(req))
+		return TRANSPORT_OK;
 	if (req->curl_code != CURLE_OK || req->status == 0)
 		return TRANSPORT_FAILED;
 	return TRANSPORT_OK;
@@ -679,6 +697,10 @@ http_collect(HttpClient *client)
 			/* no address of the host was allowed (see http_open_socket) */
 			strlcpy(req->error, req->egress_error, sizeof(req->error));
 			req->refused = true;
+		}
+		else if (http_body_cut(req))
+		{
+			/* an answer: its status decides, its body's start is kept */
 		}
 		else if (req->response_too_large)
 			snprintf(req->error, sizeof(req->error),
