@@ -12,6 +12,9 @@
 #     knowledge), multiplexed too; refused (0A000) before libcurl 8.0;
 #   - plain http, auto: HTTP/1.1, as before;
 #   - an early answer is delivered once, with no retry;
+#   - a 200 whose body is over outbox.max_response_size (10 MB from the
+#     sink, streamed through nginx): each stream is cut alone, every event
+#     is delivered once, and the other streams of its connection go on;
 #   - TLS is verified: a host name the certificate does not name fails
 #     with the reason and stays pending, nothing marked published.
 # Against a healthy receiver no event needs a second attempt.  nginx logs
@@ -50,7 +53,9 @@ my ($maj, $min, $pat) = $version =~ m{nginx/(\d+)\.(\d+)\.(\d+)} or die "nginx -
 my $new_h2 = ($maj * 1_000_000 + $min * 1000 + $pat) >= 1_025_001;
 # a TLS port per https destination: libcurl shares a host's connections
 # between the destinations sending to it, whatever version each asks for
-my %tls = map { $_ => PostgreSQL::Test::Cluster::get_free_port() } qw(auto h2 h11 early batch);
+my %tls = map { $_ => PostgreSQL::Test::Cluster::get_free_port() } qw(auto h2 h11 early batch big);
+# answers 200 with a 10 MB body to /big/...
+my $sink = start_sink();
 my ($h2c, $plain) = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 2;
 
 # the libcurl the relay runs with (the one it was built against)
@@ -87,6 +92,7 @@ http {
 		$h2_on
 		location / { proxy_pass http://127.0.0.1:$plain; }
 		location /early { return 204; }
+		location /big { proxy_buffering off; proxy_pass http://127.0.0.1:$sink->{port}; }
 	}" } sort keys %tls) ]}
 	server {
 		listen 127.0.0.1:$h2c$h2_listen;
@@ -118,14 +124,16 @@ $node->safe_psql('postgres', qq{
 		('tls_11', 'https://127.0.0.1:$tls{h11}/h11', 100, '{"http_version": "1.1"}'),
 		('tls_early', 'https://127.0.0.1:$tls{early}/early', 100, '{}'),
 		('plain', 'http://127.0.0.1:$plain/plain', 16, '{}'),
-		('tls_batch', 'https://127.0.0.1:$tls{batch}/batch', 16, '{"batch": "cloudevents", "batch_size": 10}');
+		('tls_batch', 'https://127.0.0.1:$tls{batch}/batch', 16, '{"batch": "cloudevents", "batch_size": 10}'),
+		('tls_big', 'https://127.0.0.1:$tls{big}/big/h2', 50, '{}');
 });
 
 # HTTP/2 without TLS needs libcurl 8.0 (its reuse of such a connection)
 my $auto = $sound ? 'HTTP/2.0' : 'HTTP/1.1';
 my @cases = ([ 'tls_auto', '/auto', $auto ], [ 'tls_2', '/h2', 'HTTP/2.0' ],
 	[ 'tls_11', '/h11', 'HTTP/1.1' ], [ 'tls_early', '/early', $auto ],
-	[ 'plain', '/plain', 'HTTP/1.1' ], [ 'tls_batch', '/batch', $auto ]);
+	[ 'plain', '/plain', 'HTTP/1.1' ], [ 'tls_batch', '/batch', $auto ],
+	[ 'tls_big', '/big/h2', $auto, 100 ]);
 my ($rc, $stdout, $stderr) = $node->psql('postgres', qq{
 	INSERT INTO outbox.destinations (name, url, max_concurrency, options) VALUES
 		('h2c', 'http://127.0.0.1:$h2c/h2c', 100, '{"http_version": "2"}')});
@@ -168,8 +176,8 @@ sub published
 # together and starts up to max_concurrency at once.
 for my $case (@cases)
 {
-	my ($dest, $uri, $want) = @$case;
-	my $n = 600;
+	my ($dest, $uri, $want, $n) = @$case;
+	$n //= 600;
 	emit_events($node, "h2.$dest", $dest, $n);
 	ok($node->poll_query_until('postgres',
 		qq{SELECT count(*) = $n FROM outbox.events WHERE destination = '$dest' AND status = 'published'}),
@@ -206,4 +214,5 @@ my ($wrong) = served('/wrong');
 is(scalar(keys %$wrong), 0, 'and nginx received no request for it');
 
 $node->stop;
+stop_sink($sink);
 done_testing();
