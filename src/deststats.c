@@ -159,6 +159,7 @@
 #include "shmem.h"
 #include "deststats.h"
 #include "destination/destination.h"
+#include "util.h"
 
 /* Recent results: 12 buckets of 5 seconds = the last minute. */
 #define RECENT_BUCKETS			12
@@ -225,6 +226,8 @@ struct DestStats
 	TimestampTz probe_expires_at;
 	TimestampTz last_circuit_log_at;
 	bool		circuit_logged; /* the last opening was logged */
+	TimestampTz clock_read_at;	/* the latest reading the times above
+								 * came from (deststats_clock_back) */
 
 	/*
 	 * The concurrency, shared by the relays of the database (see above).
@@ -401,7 +404,7 @@ OutboxDestStatsAttach(int slot, const char *name)
 	LWLockRelease(deststats->lock);
 
 	if (ds == NULL &&
-		TimestampDifferenceExceeds(last_full_warning, now, 60000))
+		OutboxTimePassed(last_full_warning, now, 60000))
 	{
 		last_full_warning = now;
 		ereport(LOG,
@@ -484,6 +487,39 @@ deststats_unshared_share(int limit)
 }
 
 /*
+ * The wall clock went back by more than CLOCK_STEP_MIN_MS since a relay
+ * last wrote the circuit's times (util.h): they move back with it, so an
+ * open circuit keeps what was left of its pause instead of lasting the
+ * step too, and failures after the step count as rounds.  A smaller
+ * difference is two relays reading the clock a moment apart, one of them
+ * taking the lock later.  Under the entry's spinlock, with a reading taken
+ * just before it.
+ */
+#define CLOCK_STEP_MIN_MS		10000
+
+static void
+deststats_clock_back(DestStats *ds, TimestampTz now)
+{
+	TimestampTz step;
+
+	if (ds->clock_read_at - now <= (TimestampTz) CLOCK_STEP_MIN_MS * 1000)
+	{
+		ds->clock_read_at = Max(ds->clock_read_at, now);
+		return;
+	}
+	step = ds->clock_read_at - now;
+	if (ds->open_until != 0)
+		ds->open_until = Max(ds->open_until - step, 1);
+	if (ds->probe_expires_at != 0)
+		ds->probe_expires_at -= step;
+	if (ds->round_counted_at != 0)
+		ds->round_counted_at -= step;
+	if (ds->held_at != 0)
+		ds->held_at -= step;
+	ds->clock_read_at = now;
+}
+
+/*
  * May the calling relay (in relay slot `slot`) lease events of this
  * destination now, and how many?  Settles the slots it holds of the
  * destination's concurrency and asks the circuit breaker, under one
@@ -513,6 +549,7 @@ OutboxDestAdmit(DestStats *ds, int slot, DestAdmission *adm)
 	int			fair;
 	int			now_held;
 	int			limit;
+	TimestampTz clock;
 
 	adm->granted = 0;
 	adm->probe = false;
@@ -531,7 +568,10 @@ OutboxDestAdmit(DestStats *ds, int slot, DestAdmission *adm)
 	/* what a cell of reserved[] holds (the table allows 1,000) */
 	limit = Min(adm->limit, PG_INT16_MAX);
 
+	/* a fresh reading: adm->now was taken before the lease pass's claims */
+	clock = GetCurrentTimestamp();
 	SpinLockAcquire(&ds->mutex);
+	deststats_clock_back(ds, clock);
 
 	/* the circuit first: while it is open nothing more is leased */
 	if (adm->circuit && want > 0 && ds->open_until != 0)
@@ -642,7 +682,7 @@ deststats_open(DestStats *ds, TimestampTz now, TimestampTz until, bool *log_it)
 	if (ds->open_until == 0)
 	{
 		transition = CIRCUIT_OPENED;
-		if (TimestampDifferenceExceeds(ds->last_circuit_log_at, now,
+		if (OutboxTimePassed(ds->last_circuit_log_at, now,
 									   CIRCUIT_LOG_INTERVAL_MS))
 		{
 			ds->last_circuit_log_at = now;
@@ -685,6 +725,7 @@ OutboxCircuitNote(DestStats *ds, bool failed, TimestampTz started_at,
 
 	now = GetCurrentTimestamp();
 	SpinLockAcquire(&ds->mutex);
+	deststats_clock_back(ds, now);
 	if (!failed && started_at < ds->held_at && now < ds->open_until)
 	{
 		/*
@@ -764,6 +805,7 @@ OutboxCircuitHold(DestStats *ds, TimestampTz until, bool *log_it)
 	if (ds == NULL)
 		return CIRCUIT_UNCHANGED;
 	SpinLockAcquire(&ds->mutex);
+	deststats_clock_back(ds, now);
 	transition = deststats_open(ds, now, until, log_it);
 	ds->held_at = now;
 	SpinLockRelease(&ds->mutex);

@@ -63,6 +63,7 @@
 #include "compat.h"
 #include "shmem.h"
 #include "api/api.h"
+#include "util.h"
 
 /* How long the statement waits for the relays before its own wait. */
 #define DDL_STOP_WAIT_MS		5000
@@ -244,10 +245,10 @@ database_ddl_stop_relays(Oid dboid, Node *stmt)
 	for (;;)
 	{
 		TimestampTz now = GetCurrentTimestamp();
-		bool		signal = TimestampDifferenceExceeds(signalled, now, 1000);
+		bool		signal = OutboxTimePassed(signalled, now, 1000);
 
 		if (database_ddl_hold(dboid, hold_until, signal) == 0 ||
-			TimestampDifferenceExceeds(start, now, DDL_STOP_WAIT_MS))
+			OutboxTimePassed(start, now, DDL_STOP_WAIT_MS))
 			break;
 		if (signal)
 			signalled = now;

@@ -64,6 +64,7 @@
 #include "shmem.h"
 #include "api/api.h"
 #include "worker/worker.h"
+#include "util.h"
 
 /*
  * The emitted-generation counters (shmem.h) to bump at commit: those of
@@ -188,7 +189,7 @@ wake_xact_callback(XactEvent event, void *arg)
 		TimestampTz now = GetCurrentTimestamp();
 
 		/* 0, never asked, is long enough ago */
-		if (TimestampDifferenceExceeds(wake_asked_launcher_at, now,
+		if (OutboxTimePassed(wake_asked_launcher_at, now,
 									   WAKE_LAUNCHER_ASK_MS))
 		{
 			wake_asked_launcher_at = now;

@@ -1003,7 +1003,7 @@ rmq_start(void *target, OutboxMessage *const *msgs, int n, void *token)
 	if (c->conn == NULL)
 	{
 		if (c->tried_at != 0 &&
-			!TimestampDifferenceExceeds(c->tried_at, GetCurrentTimestamp(),
+			!OutboxTimePassed(c->tried_at, GetCurrentTimestamp(),
 										c->reconnect_ms))
 		{
 			rmq_report(c, token, OUTCOME_RETRY, true,
@@ -1263,14 +1263,21 @@ static void
 rmq_check_confirms(AmqpClient *c)
 {
 	AmqpPending *oldest;
+	TimestampTz now;
 	char		text[AMQP_TEXT_SIZE];
 
 	rmq_ring_trim(c);
 	if (c->conn == NULL || c->ring_count == 0)
 		return;
 	oldest = &c->ring[c->ring_head];
-	if (!TimestampDifferenceExceeds(oldest->published_at, GetCurrentTimestamp(),
-									c->timeout_ms))
+	now = GetCurrentTimestamp();
+	if (now < oldest->published_at)
+	{
+		/* the clock went back (util.h): its wait counts from now */
+		oldest->published_at = now;
+		return;
+	}
+	if (!OutboxTimePassed(oldest->published_at, now, c->timeout_ms))
 		return;
 	snprintf(text, sizeof(text),
 			 "no confirm from the broker within %d ms (timeout_ms): connection closed, unconfirmed publishes retried",

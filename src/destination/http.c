@@ -84,6 +84,7 @@
 #include "outbox_pg.h"
 #include "guc.h"
 #include "destination/http.h"
+#include "util.h"
 
 /*
  * libcurl 8.6 reports data that outgrew a limit (a response header line
@@ -745,7 +746,8 @@ http_timer_action(HttpClient *client)
 	int			still_running;
 
 	if (client->running > 0 && client->timer_ms >= 0 &&
-		GetCurrentTimestamp() >= client->timer_deadline)
+		OutboxDeadlineReached(client->timer_deadline, client->timer_ms,
+							  GetCurrentTimestamp()))
 		curl_multi_socket_action(client->multi, CURL_SOCKET_TIMEOUT, 0,
 								 &still_running);
 }
@@ -785,7 +787,8 @@ HttpClientWait(HttpClient *client, long timeout_ms, bool *latch_set)
 	{
 		long		left = (long) ((client->timer_deadline - GetCurrentTimestamp()) / 1000);
 
-		wait_ms = Min(wait_ms, Max(left, 0));
+		/* more than curl asked for: the clock went back (util.h) */
+		wait_ms = Min(wait_ms, Min(Max(left, 0), client->timer_ms));
 	}
 
 	n = WaitEventSetWait(client->wait_set, wait_ms, events, lengthof(events),

@@ -396,7 +396,7 @@ kafka_log_callback(const rd_kafka_t *rk, int level, const char *fac,
 		return;
 	now = GetCurrentTimestamp();
 	if (p->logged_at != 0 &&
-		!TimestampDifferenceExceeds(p->logged_at, now, KAFKA_LOG_INTERVAL_MS))
+		!OutboxTimePassed(p->logged_at, now, KAFKA_LOG_INTERVAL_MS))
 		return;
 	p->logged_at = now;
 	snprintf(p->log_line, sizeof(p->log_line), "%s: %s", fac, buf);
@@ -956,7 +956,13 @@ kafka_check_silence(KafkaProducer *p)
 	if (p->outstanding <= p->nreports || p->fatal)
 		return;
 	now = GetCurrentTimestamp();
-	if (!TimestampDifferenceExceeds(p->heard_at, now, 2 * p->timeout_ms + 1000))
+	if (now < p->heard_at)
+	{
+		/* the clock went back (util.h): the silence counts from now */
+		p->heard_at = now;
+		return;
+	}
+	if (!OutboxTimePassed(p->heard_at, now, 2 * p->timeout_ms + 1000))
 		return;
 	ereport(LOG,
 			(errmsg("outbox_pg destination \"%s\": librdkafka reported none of %d messages for %d ms; purging them to retry them",
@@ -1006,7 +1012,7 @@ kafka_poll(void *target, void **tokens, DeliveryResult **results,
 		 * instance.
 		 */
 		if (kafka_fatal_at != 0 &&
-			!TimestampDifferenceExceeds(kafka_fatal_at, now, 2 * KAFKA_FATAL_DELAY_MAX_MS))
+			!OutboxTimePassed(kafka_fatal_at, now, 2 * KAFKA_FATAL_DELAY_MAX_MS))
 			kafka_fatal_streak = Min(kafka_fatal_streak + 1, 7);
 		else
 			kafka_fatal_streak = 0;

@@ -167,6 +167,7 @@ typedef struct RelayDestination
 	int			conn_reserve;	/* connections kept for it at the last pass */
 	TimestampTz asked_until;	/* its receiver asked to wait until then
 								 * (Retry-After): nothing is sent before */
+	TimestampTz asked_at;		/* ... the reading asked_until came from */
 
 	DestStats  *stats;			/* ops: statistics and the circuit (deststats.c) */
 	bool		configured;		/* in the cache: loaded by the last load */
@@ -345,7 +346,7 @@ static bool delivery_stopping = false;
 #define NATIVE_MAX_EVENTS		4
 
 /* the due-work sweep (DeliveryLease): when, and the wake generation seen */
-static WorkerPace sweep_pace = {SWEEP_COST_FACTOR, SWEEP_MAX_MS, 0};
+static WorkerPace sweep_pace = {SWEEP_COST_FACTOR, SWEEP_MAX_MS, 0, 0};
 static bool sweep_all = true;
 static TimestampTz sweep_recovery_at = -1;	/* -1: not set yet, 0: done */
 static uint64 sweep_prepared_generation = 0;
@@ -587,28 +588,16 @@ delivery_destination(const char *name)
 
 	if (!found)
 	{
-		rd->in_flight = 0;
-		rd->sending = 0;
-		rd->answered = 0;
-		rd->slots = 0;
-		rd->probing = false;
-		rd->batches = 0;
+		/*
+		 * Every field but the key zero, false or NULL, then the rest:
+		 * dynahash does not zero a new entry (claimed_at, locked_out and
+		 * conn_reserve were read before anything set them).
+		 */
+		memset((char *) rd + offsetof(RelayDestination, in_flight), 0,
+			   sizeof(RelayDestination) - offsetof(RelayDestination, in_flight));
 		dlist_init(&rd->waiting);
 		dlist_init(&rd->held);
-		rd->answered_listed = false;
 		rd->counter = OutboxEmitCounterIndex(MyDatabaseId, name);
-		rd->seen_generation = 0;
-		rd->busy = false;
-		rd->due = false;
-		rd->lease_pass = 0;
-		rd->retry_due = 0;
-		rd->retries_look_at = 0;
-		rd->asked_until = 0;
-		rd->stats = NULL;
-		rd->loaded = false;
-		rd->configured = false;
-		rd->paused = false;
-		rd->unusable_logged_at = 0;
 	}
 	return rd;
 }
@@ -646,7 +635,7 @@ delivery_report_unusable(const char *name, ErrorData *edata)
 	char	   *slot_error;
 
 	log_it = (rd->unusable_logged_at == 0 ||
-			  TimestampDifferenceExceeds(rd->unusable_logged_at, now,
+			  OutboxTimePassed(rd->unusable_logged_at, now,
 										 UNUSABLE_LOG_INTERVAL_MS));
 	if (log_it)
 		rd->unusable_logged_at = now;
@@ -1059,6 +1048,18 @@ delivery_connection_reserve(RelayDestination *rd, bool business,
 }
 
 /*
+ * Until when a destination's receiver asked to wait (Retry-After), 0 if it
+ * did not; forgotten if the clock went back since it asked (util.h).
+ */
+static TimestampTz
+delivery_asked(RelayDestination *rd, TimestampTz now)
+{
+	if (rd->asked_until != 0 && now < rd->asked_at)
+		rd->asked_until = 0;
+	return rd->asked_until;
+}
+
+/*
  * How many events of this destination may be leased now; *probe is set
  * when the one event to lease is the circuit's probe.  The slots of the
  * destination's concurrency are shared by the relays of the database
@@ -1075,7 +1076,7 @@ relay_capacity(RelayDestination *rd, TimestampTz now, bool *probe)
 	adm.alive = alive;
 	adm.in_use = rd->sending;
 	adm.want = 0;
-	if (rd->asked_until > now)
+	if (delivery_asked(rd, now) > now)
 		relay_lease_again_by(rd->asked_until);	/* see delivery_asked_to_wait */
 	else if (!rd->paused)
 		adm.want = Max(Min(Min(rd->max_concurrency - alive,
@@ -1440,7 +1441,7 @@ DeliveryStart(RelayEvent *ev)
 	ev->started_at = GetCurrentTimestamp();
 	if (ev->rejected)
 		HttpClientSkip(relay_http, &ev->req);
-	else if (ev->dest->asked_until > ev->started_at &&
+	else if (delivery_asked(ev->dest, ev->started_at) > ev->started_at &&
 			 ev->loaded->routine->start == NULL)
 		delivery_defer(ev, ev->started_at);
 	else if (ev->loaded->routine->start != NULL)
@@ -1461,8 +1462,7 @@ DeliveryStart(RelayEvent *ev)
 bool
 DeliveryStartOverdue(RelayEvent *ev, TimestampTz now)
 {
-	return now >= TimestampTzPlusMilliseconds(ev->pumped_at,
-											  outbox_lease_margin / 4);
+	return OutboxTimePassed(ev->pumped_at, now, outbox_lease_margin / 4);
 }
 
 /* Whether DeliveryStart() would start a request of the HTTP client for ev. */
@@ -1631,16 +1631,19 @@ static void
 delivery_asked_to_wait(RelayEvent *ev, HttpRequest *req)
 {
 	RelayDestination *rd = ev->dest;
+	TimestampTz now;
 	TimestampTz until;
 	bool		log_it;
 
 	if (rd->circuit_threshold <= 0 || rd->stats == NULL || req->status == 0 ||
 		!OutboxIsDestinationFailure(req->status, req->failure))
 		return;
-	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+	now = GetCurrentTimestamp();
+	until = TimestampTzPlusMilliseconds(now,
 										Min((int64) req->retry_after_secs * 1000,
 											RETRY_AFTER_MAX_MS));
-	rd->asked_until = Max(rd->asked_until, until);
+	rd->asked_until = Max(delivery_asked(rd, now), until);
+	rd->asked_at = now;
 	if (OutboxCircuitHold(rd->stats, until, &log_it) == CIRCUIT_OPENED && log_it)
 		ereport(WARNING,
 				(errcode(ERRCODE_WARNING),
@@ -2057,7 +2060,9 @@ delivery_sweep_run(void *arg)
 	 * its lease and the margin together; all of them are looked at by a
 	 * full sweep, and every SWEEP_ALL_BATCHES_MS.
 	 */
-	if (run->full || run->now >= sweep_all_batches_at)
+	if (run->full ||
+		OutboxDeadlineReached(sweep_all_batches_at, SWEEP_ALL_BATCHES_MS,
+							  run->now))
 		run->expired_since = DT_NOBEGIN;
 	else
 		run->expired_since = sweep_expired_since;
@@ -2076,6 +2081,14 @@ delivery_sweep_run(void *arg)
 	}
 }
 
+/* Whether the sweep after a relay's first load is due (sweep_recovery_at). */
+static bool
+delivery_recovery_due(TimestampTz now)
+{
+	return OutboxDeadlineReached(sweep_recovery_at, config_lease_ms + 1000,
+								 now);
+}
+
 static void
 delivery_sweep(TimestampTz now)
 {
@@ -2083,17 +2096,17 @@ delivery_sweep(TimestampTz now)
 	SweepRun	run;
 	ErrorData  *edata;
 
-	if (sweep_recovery_at > 0 && now < sweep_recovery_at)
+	if (sweep_recovery_at > 0 && !delivery_recovery_due(now))
 		relay_lease_again_by(sweep_recovery_at);
 	run.now = now;
 	run.prepared = pg_atomic_read_u64(&relay_slot->prepared_generation);
 	run.full = (wake != sweep_wake_generation || sweep_all ||
-				(sweep_recovery_at > 0 && now >= sweep_recovery_at));
+				(sweep_recovery_at > 0 && delivery_recovery_due(now)));
 	if (!run.full &&
 		(!WorkerPaceDue(&sweep_pace, now) ||
 		 (relay_slot->worker_number != 0 && !delivery_sweeper_overdue(now))))
 		return;
-	if (now < sweep_retry_at)
+	if (!OutboxDeadlineReached(sweep_retry_at, SWEEP_RETRY_MAX_MS, now))
 	{
 		relay_lease_again_by(sweep_retry_at);
 		return;
@@ -2125,7 +2138,7 @@ delivery_sweep(TimestampTz now)
 	sweep_failures = 0;
 	sweep_retry_at = 0;
 	sweep_all = false;
-	if (sweep_recovery_at > 0 && now >= sweep_recovery_at)
+	if (sweep_recovery_at > 0 && delivery_recovery_due(now))
 		sweep_recovery_at = 0;
 	sweep_wake_generation = wake;
 	sweep_prepared_generation = run.prepared;
@@ -2248,7 +2261,8 @@ delivery_lease_one(LoadedDestination *d, TimestampTz now, Interval *lease,
 		 * 0.53-0.63 ms (5 ms: 0.24 and 0.44-0.51 ms, for more latency).  An
 		 * event after a quiet spell is claimed at once.
 		 */
-		if (rd->claimed_at != 0 && now < gathered)
+		if (rd->claimed_at != 0 &&
+			!OutboxDeadlineReached(gathered, CLAIM_GATHER_MS, now))
 		{
 			relay_lease_again_by(gathered);
 			relay_settle(rd, now);
@@ -2271,7 +2285,7 @@ delivery_lease_one(LoadedDestination *d, TimestampTz now, Interval *lease,
 	 * 14 ms a pass finding that none of them was its aggregate's head.
 	 */
 	if (retry_due || recover || rd->retries_look_at == 0 ||
-		now >= rd->retries_look_at)
+		OutboxDeadlineReached(rd->retries_look_at, outbox_poll_interval, now))
 	{
 		n = OutboxStoreRetriesLease(want, lease, d->name, d->ordered);
 		rd->retries_look_at = (n >= (uint64) want) ? 0 :

@@ -57,6 +57,7 @@
 #include "outbox_pg.h"
 #include "guc.h"
 #include "worker/worker.h"
+#include "util.h"
 
 #define ROUTE_INTERVAL_MS		5000
 #define ROTATE_CHECK_MS			1000
@@ -76,9 +77,9 @@ static WorkerErrorThrottle trim_errors;
 static WorkerErrorThrottle backlog_errors;
 
 static TimestampTz last_rotate = 0;
-static WorkerPace trim_pace = {TRIM_COST_FACTOR, TRIM_MAX_MS, 0};
+static WorkerPace trim_pace = {TRIM_COST_FACTOR, TRIM_MAX_MS, 0, 0};
 
-static WorkerPace backlog_pace = {BACKLOG_COST_FACTOR, BACKLOG_CHECK_MAX_MS, 0};
+static WorkerPace backlog_pace = {BACKLOG_COST_FACTOR, BACKLOG_CHECK_MAX_MS, 0, 0};
 static TimestampTz backlog_warned_at = 0;
 static bool backlog_warning = false;
 
@@ -118,7 +119,7 @@ housekeeping_route(TimestampTz now)
 {
 	ErrorData  *edata;
 
-	if (!TimestampDifferenceExceeds(last_route, now, ROUTE_INTERVAL_MS))
+	if (!OutboxTimePassed(last_route, now, ROUTE_INTERVAL_MS))
 		return;
 	last_route = now;
 	if (!WorkerRunInSubtransaction(housekeeping_route_pending, NULL, &edata))
@@ -156,7 +157,7 @@ housekeeping_rotate(TimestampTz now, RelaySlot *slot)
 	TimestampTz started;
 	long		wait_ms;
 
-	if (!TimestampDifferenceExceeds(last_rotate, now, ROTATE_CHECK_MS))
+	if (!OutboxTimePassed(last_rotate, now, ROTATE_CHECK_MS))
 		return;
 	last_rotate = now;
 
@@ -249,7 +250,8 @@ housekeeping_check_backlog(const char *database_name)
 		!WorkerRunInSubtransaction(housekeeping_measure_backlog, &m, &edata))
 	{
 		/* not paced by its duration: a lock_timeout's was not the measure's */
-		backlog_pace.next = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+		backlog_pace.set_at = GetCurrentTimestamp();
+		backlog_pace.next = TimestampTzPlusMilliseconds(backlog_pace.set_at,
 														BACKLOG_CHECK_MS);
 		WorkerReportJobError(&backlog_errors, edata,
 							 "outbox_pg measurement of the pending events",
@@ -263,7 +265,7 @@ housekeeping_check_backlog(const char *database_name)
 	if (threshold > 0 && m.destination != NULL && m.age >= threshold)
 	{
 		if (!backlog_warning ||
-			TimestampDifferenceExceeds(backlog_warned_at, now, BACKLOG_WARN_EVERY_MS))
+			OutboxTimePassed(backlog_warned_at, now, BACKLOG_WARN_EVERY_MS))
 		{
 			ereport(WARNING,
 					(errcode(ERRCODE_WARNING),

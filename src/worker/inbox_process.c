@@ -162,6 +162,7 @@
 #include "retry.h"
 #include "worker/relay.h"
 #include "worker/worker.h"
+#include "util.h"
 
 #define INBOX_BATCH					100
 #define INBOX_RETENTION_BATCH		1000
@@ -996,7 +997,7 @@ InboxWorkerCycle(bool run_retention, long *wait_ms)
 
 	*wait_ms = 0;
 	if (last_empty_at != 0 &&
-		!TimestampDifferenceExceeds(last_empty_at, now, INBOX_IDLE_RECHECK_MS))
+		!OutboxTimePassed(last_empty_at, now, INBOX_IDLE_RECHECK_MS))
 	{
 		*wait_ms = Max(1, INBOX_IDLE_RECHECK_MS -
 					   (long) ((now - last_empty_at) / 1000));
@@ -1021,7 +1022,7 @@ InboxWorkerCycle(bool run_retention, long *wait_ms)
 		last_empty_at = (nleased == 0) ? now : 0;
 		if (run_retention &&
 			(retention_behind ||
-			 TimestampDifferenceExceeds(last_retention_at, now,
+			 OutboxTimePassed(last_retention_at, now,
 										INBOX_RETENTION_INTERVAL_MS)))
 		{
 			last_retention_at = now;

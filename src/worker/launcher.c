@@ -62,6 +62,7 @@
 #include "guc.h"
 #include "shmem.h"
 #include "worker/worker.h"
+#include "util.h"
 
 typedef struct LauncherDatabase
 {
@@ -268,7 +269,7 @@ launcher_start_relay(int i, LauncherDatabase *db, int worker_number)
 		handles[i] = NULL;
 		slot->state = RELAY_STOPPED;
 		slot->retry_after = TimestampTzPlusMilliseconds(now, 5000);
-		if (TimestampDifferenceExceeds(last_no_slot_warning, now, 60000))
+		if (OutboxTimePassed(last_no_slot_warning, now, 60000))
 		{
 			ereport(WARNING,
 					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
@@ -396,7 +397,10 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 					slot->retry_after = 0;
 				/* a handle not reaped yet waits for the next pass */
 				if (handles[found] == NULL && !slot_is_running(found) &&
-					slot->retry_after <= now && slot->held_until <= now)
+					OutboxDeadlineReached(slot->retry_after,
+										  Max(32000, outbox_discovery_interval * 1000L),
+										  now) &&
+					slot->held_until <= now)
 					launcher_start_relay(found, &dbs[d], w);
 			}
 			else if (free_slot >= 0)
@@ -417,7 +421,7 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 	 * while relays no longer wanted are stopping: their slots come free.
 	 */
 	if (nshort > 0 && !releasing &&
-		TimestampDifferenceExceeds(last_no_relay_slot_warning, now, 60000))
+		OutboxTimePassed(last_no_relay_slot_warning, now, 60000))
 	{
 		ereport(WARNING,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
@@ -465,8 +469,8 @@ launcher_refresh_databases(void)
 	}
 	if (!(wanted_unlisted &&
 		  (wanted != last_list_for ||
-		   TimestampDifferenceExceeds(last_list, now, 1000))) &&
-		!TimestampDifferenceExceeds(last_list, now,
+		   OutboxTimePassed(last_list, now, 1000))) &&
+		!OutboxTimePassed(last_list, now,
 									outbox_discovery_interval * 1000))
 		return;
 

@@ -30,7 +30,8 @@
 bool
 WorkerPaceDue(const WorkerPace *pace, TimestampTz now)
 {
-	return now >= pace->next;
+	/* before the reading it was set from: the clock went back (util.h) */
+	return now >= pace->next || now < pace->set_at;
 }
 
 /*
@@ -48,5 +49,6 @@ WorkerPaceDone(WorkerPace *pace, TimestampTz started, long base_ms)
 	if (pace->max_ms > base_ms)
 		wait_ms = Min(wait_ms, pace->max_ms);
 	pace->next = TimestampTzPlusMilliseconds(started, wait_ms);
+	pace->set_at = started;
 	return wait_ms;
 }

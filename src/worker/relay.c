@@ -94,6 +94,7 @@
 #include "worker/worker.h"
 #include "worker/relay.h"
 #include "destination/http.h"
+#include "util.h"
 
 #define ERROR_PAUSE_MS			1000
 #define RECORD_BATCH			128
@@ -359,9 +360,11 @@ static void
 relay_flush_step(void)
 {
 	TimestampTz deadline;
+	TimestampTz started;
 
 	if (!relay_stop_requested)
 		return;
+	started = GetCurrentTimestamp();
 	HOLD_INTERRUPTS();
 	deadline = DeliveryStop();
 	relay_set_state(RELAY_WORKING, "flushing a broker client before exiting");
@@ -382,7 +385,8 @@ relay_flush_step(void)
 		 * second SIGTERM: the postmaster sends every SIGTERM twice, to the
 		 * process and to its process group.
 		 */
-		if (now >= deadline || relay_slot->stopped_for_ddl)
+		/* before it started: the clock went back, the deadline means nothing */
+		if (now >= deadline || now < started || relay_slot->stopped_for_ddl)
 			break;
 		wait_ms = Min(100, (long) ((deadline - now + 999) / 1000));
 		DeliveryWatchNative();
@@ -422,7 +426,7 @@ relay_due_step(void)
 
 	loop.now = GetCurrentTimestamp();
 	WorkerRefreshPlans(loop.now);
-	if (TimestampDifferenceExceeds(loop.last_poll, loop.now, outbox_poll_interval))
+	if (OutboxTimePassed(loop.last_poll, loop.now, outbox_poll_interval))
 		loop.need_lease = loop.need_inbox = true;
 	if (relay_lease_again_at != 0 && loop.now >= relay_lease_again_at)
 		loop.need_lease = true;
@@ -527,11 +531,13 @@ relay_record_step(void)
 		return;
 	if ((HttpClientRunning(relay_http) != 0 || DeliveryNativeOutstanding() > 0) &&
 		list_length(loop.pending_done) < RECORD_BATCH &&
-		!TimestampDifferenceExceeds(loop.first_done_at, GetCurrentTimestamp(),
+		!OutboxTimePassed(loop.first_done_at, GetCurrentTimestamp(),
 									RECORD_DELAY_MS))
 		return;
 
-	if (loop.record_again_at != 0 && GetCurrentTimestamp() < loop.record_again_at)
+	if (loop.record_again_at != 0 &&
+		!OutboxDeadlineReached(loop.record_again_at, loop.record_backoff_ms,
+							   GetCurrentTimestamp()))
 		return;
 
 	relay_set_state(RELAY_WORKING, "recording results");
@@ -682,9 +688,11 @@ relay_cycle_failed(void)
 	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ERROR_PAUSE_MS);
 	for (;;)
 	{
-		long		left = (long) ((until - GetCurrentTimestamp()) / 1000);
+		TimestampTz now = GetCurrentTimestamp();
+		long		left = (long) ((until - now) / 1000);
 
-		if (left <= 0 || relay_stop_requested || ProcDiePending)
+		if (OutboxDeadlineReached(until, ERROR_PAUSE_MS, now) ||
+			relay_stop_requested || ProcDiePending)
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(left, ERROR_PAUSE_MS), PG_WAIT_EXTENSION);
@@ -791,6 +799,7 @@ relay_wait_time(void)
 	else if (loop.pending_done != NIL && loop.record_again_at != 0)
 	{
 		wait_ms = Max((long) ((loop.record_again_at - now + 999) / 1000), 0);
+		wait_ms = Min(wait_ms, loop.record_backoff_ms);
 		if (DeliveryInFlight() > 0)
 			wait_ms = Min(wait_ms, 100);
 	}
@@ -799,7 +808,8 @@ relay_wait_time(void)
 	else
 	{
 		wait_ms = outbox_poll_interval - (long) ((now - loop.last_poll) / 1000);
-		wait_ms = Max(wait_ms, 0);
+		/* more than a poll interval: the clock went back (util.h) */
+		wait_ms = Min(Max(wait_ms, 0), outbox_poll_interval);
 		if (DeliveryInFlight() > 0)
 			wait_ms = Min(wait_ms, 100);
 	}

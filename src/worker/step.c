@@ -59,6 +59,7 @@
 #include "shmem.h"
 #include "peertext.h"
 #include "worker/worker.h"
+#include "util.h"
 
 static bool step_lock_tables_nowait(const char *schema,
 								   const OutboxTableLock *tables, int ntables);
@@ -249,7 +250,7 @@ WorkerRefreshPlans(TimestampTz now)
 
 	if (plans_made_at == 0)
 		plans_made_at = now;
-	if (!TimestampDifferenceExceeds(plans_made_at, now, PLAN_REFRESH_MS))
+	if (!OutboxTimePassed(plans_made_at, now, PLAN_REFRESH_MS))
 		return;
 	plans_made_at = now;
 	foreach(lc, kept_plans)
@@ -298,7 +299,7 @@ step_error_repeated(WorkerErrorThrottle *throttle, const char *message)
 	bool		repeated;
 
 	repeated = (strcmp(throttle->last_message, message) == 0 &&
-				!TimestampDifferenceExceeds(throttle->last_logged_at, now,
+				!OutboxTimePassed(throttle->last_logged_at, now,
 											CYCLE_ERROR_QUIET_MS));
 	strlcpy(throttle->last_message, message, sizeof(throttle->last_message));
 	if (!repeated)

@@ -53,6 +53,7 @@
 
 #include "outbox_pg.h"
 #include "worker/worker.h"
+#include "util.h"
 
 PG_FUNCTION_INFO_V1(outbox_lease);
 PG_FUNCTION_INFO_V1(outbox_ack);
@@ -884,7 +885,7 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 		 */
 		store_last_locked_out = true;
 		if (known->locked_at != 0 &&
-			!TimestampDifferenceExceeds(known->locked_at, GetCurrentTimestamp(),
+			!OutboxTimePassed(known->locked_at, GetCurrentTimestamp(),
 										STREAM_KNOWN_MS))
 			return 0;
 		if (store_execute(WorkerKeepPlan(&stream_create_plan, stream_create_sql, 1,

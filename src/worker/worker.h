@@ -92,6 +92,7 @@ typedef struct WorkerPace
 	int			factor;			/* waits factor times its last duration */
 	long		max_ms;			/* ... but no longer than this */
 	TimestampTz next;			/* not before */
+	TimestampTz set_at;			/* the reading next was set from */
 } WorkerPace;
 
 extern bool WorkerPaceDue(const WorkerPace *pace, TimestampTz now);
