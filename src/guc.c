@@ -301,7 +301,7 @@ define_transport_gucs(void)
 {
 	DefineCustomIntVariable("outbox.max_response_size",
 							"Largest response body the relay reads from a destination.",
-							"A webhook's longer answer is cut and counts by its status; other kinds fail the attempt.",
+							"A webhook's longer answer is read to its end and counts by its status; SNS, SQS and RabbitMQ's API fail the attempt.",
 							&outbox_max_response_size,
 							64 * 1024, 1024, 64 * 1024 * 1024,
 							PGC_SIGHUP,

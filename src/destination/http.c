@@ -48,11 +48,13 @@
  * Rules for the callbacks: they run inside curl, so they never palloc,
  * never ereport and never longjmp.  The socket callback only calls
  * epoll_ctl(); the response body goes into a fixed buffer inside the
- * request, and a body longer than outbox.max_response_size aborts the
- * transfer (the connection is closed).  Such an answer still counts by
- * its status when the kind reads no more than the body's start (a webhook:
- * a 2xx is the receiver's acknowledgement, however much it says after it);
- * a kind that parses the whole body (capture) gets no answer.
+ * request.  Past outbox.max_response_size a kind that parses the whole
+ * body (capture) gets no answer (the transfer is aborted); for one that
+ * only shows the body's start (a webhook) the rest is read and thrown
+ * away, so the answer counts by its status once it has ended (within the
+ * request's timeout).  Aborting it there would count a 2xx the receiver
+ * may not have finished, and a receiver that commits after its answer
+ * could see the client go away and roll back.
  *
  * Safety of every transfer: only http and https (redirects included),
  * redirects not followed, no proxy (the environment is ignored), connect
@@ -184,7 +186,9 @@ http_write_callback(char *data, size_t size, size_t nmemb, void *userp)
 	if (req->response_total > (size_t) outbox_max_response_size)
 	{
 		req->response_too_large = true;
-		return 0;				/* aborts with CURLE_WRITE_ERROR */
+		if (req->capture != NULL)
+			return 0;			/* aborts with CURLE_WRITE_ERROR */
+		return len;				/* read to its end, not kept */
 	}
 	if (room > 0)
 	{
@@ -635,30 +639,16 @@ HttpClientSkip(HttpClient *client, HttpRequest *req)
 }
 
 /*
- * The status and headers arrived whole and only the body went over
- * outbox.max_response_size, for a request whose kind reads no more of the
- * body than its start (no capture buffer): the answer stands, cut.
- */
-static bool
-http_body_cut(const HttpRequest *req)
-{
-	return req->response_too_large && req->capture == NULL &&
-		req->status != 0 && req->curl_code == CURLE_WRITE_ERROR;
-}
-
-/*
  * What a finished transfer means to the retry policy: an answer (any
- * status) or none.  An answer cut short (a header line over curl's limit,
- * a body too large for a kind that parses it) is no answer to classify; a
- * body too large for a kind that only shows its start is cut there.
+ * status) or none.  An answer cut short (too large for a kind that parses
+ * it, a header line over curl's limit, a body that did not end) is no
+ * answer to classify.
  */
 static TransportFailure
 http_failure(const HttpRequest *req)
 {
 	if (req->refused)
 		return TRANSPORT_REFUSED;
-	if (http_body_cut(req))
-		return TRANSPORT_OK;
 	if (req->curl_code != CURLE_OK || req->status == 0)
 		return TRANSPORT_FAILED;
 	return TRANSPORT_OK;
@@ -699,14 +689,21 @@ http_collect(HttpClient *client)
 			strlcpy(req->error, req->egress_error, sizeof(req->error));
 			req->refused = true;
 		}
-		else if (http_body_cut(req))
-		{
-			/* an answer: its status decides, its body's start is kept */
-		}
-		else if (req->response_too_large)
+		else if (req->response_too_large && req->capture != NULL)
 			snprintf(req->error, sizeof(req->error),
 					 "response body larger than outbox.max_response_size (%d bytes)",
 					 outbox_max_response_size);
+		else if (req->response_too_large && req->curl_code != CURLE_OK)
+		{
+			/* read past the cap (a webhook's), and it did not end */
+			char		why[HTTP_ERROR_SIZE];
+
+			strlcpy(why, req->error[0] ? req->error :
+					curl_easy_strerror(req->curl_code), sizeof(why));
+			snprintf(req->error, sizeof(req->error),
+					 "response body larger than outbox.max_response_size (%d bytes) did not end: %s",
+					 outbox_max_response_size, why);
+		}
 		else if ((req->curl_code == CURLE_OUT_OF_MEMORY ||
 				  req->curl_code == CURLE_TOO_LARGE) && req->status != 0)
 

@@ -5,7 +5,6 @@ It reads a request (request line, headers, Content-Length body) and answers
 according to the first path segment:
 
   /endless/...      200, then a body that never ends (no length, no chunking)
-  /endless503/...   503, then the same body that never ends
   /hugeheaders/...  200, then --header-mb megabytes of header lines, then 204-like end
   /longheader/...   200, then a single header line of --header-mb megabytes
   /drip/...         a valid 204 response sent one byte per second
@@ -73,10 +72,8 @@ def handle(conn):
             path, headers = req
             log(path, headers)
             mode = ([p for p in path.split("?")[0].split("/") if p] or ["ok"])[0]
-            if mode in ("endless", "endless503"):
-                status = b"200 OK" if mode == "endless" else b"503 Service Unavailable"
-                conn.sendall(b"HTTP/1.1 " + status +
-                             b"\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
+            if mode == "endless":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
                 block = b"endless " * 8192
                 while True:
                     conn.sendall(block)

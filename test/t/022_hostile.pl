@@ -1,11 +1,12 @@
-# Hostile destinations (test/sink/hostile.py): an endless body after a 503,
-# megabytes of header lines, one megabyte-long header line, a response
-# dripped one byte per second, a reply that is not HTTP, and https:// to a
-# plain-HTTP port.  For each, the relay survives (same pids, no crash),
-# records a clear error on the row, retries and dead-letters per the
-# destination's policy, and a healthy destination keeps flowing meanwhile.
-# An endless body after a 200 is read up to outbox.max_response_size and
-# the 200 counts: each of its events is published after one request.
+# Hostile destinations (test/sink/hostile.py): an endless body, megabytes
+# of header lines, one megabyte-long header line, a response dripped one
+# byte per second, a reply that is not HTTP, and https:// to a plain-HTTP
+# port.  For each, the relay survives (same pids, no crash), records a clear
+# error on the row, retries and dead-letters per the destination's policy,
+# and a healthy destination keeps flowing meanwhile.  (The endless body
+# comes after a 200: past outbox.max_response_size a webhook's answer is
+# read to its end and thrown away, and this one never ends, so the 200
+# does not count.)
 use strict;
 use warnings;
 use FindBin;
@@ -34,7 +35,7 @@ $node->start;
 
 # max_attempts 2: each hostile event is tried twice, then dead-lettered
 my %cases = (
-	endless503  => [ "$h/endless503/a",  qr/^HTTP 503: endless endless / ],
+	endless     => [ "$h/endless/a",     qr/^response body larger than outbox\.max_response_size \(\d+ bytes\) did not end: Operation timed out/ ],
 	hugeheaders => [ "$h/hugeheaders/b", qr/^Too large response headers/ ],
 	longheader  => [ "$h/longheader/c",  qr/^response header line longer than libcurl's limit/ ],
 	drip        => [ "$h/drip/d",        qr/^Operation timed out after 2\d\d\d milliseconds/ ],
@@ -46,7 +47,6 @@ $node->safe_psql('postgres', qq{
 	CREATE EXTENSION outbox_pg;
 	INSERT INTO outbox.destinations (name, url, timeout_ms, max_attempts, backoff_base_ms, backoff_max_ms)
 	VALUES $values,
-	       ('endless', '$h/endless/a', 2000, 2, 50, 200),
 	       ('healthy', '$u/ok/healthy', 2000, 10, 50, 200);
 });
 ok($node->poll_query_until('postgres', q{
@@ -56,7 +56,6 @@ my @pids = sort(relay_pids($node, 'postgres'));
 
 my $t0 = time;
 emit_events($node, "hostile.$_", $_, 3) for sort keys %cases;
-my @endless = emit_events($node, 'endless.x', 'endless', 3);
 my @healthy;
 for my $round (1 .. 5)
 {
@@ -86,13 +85,7 @@ for my $name (sort keys %cases)
 	is(scalar(grep { my ($a, $s, $e) = split /\|/, $_, 3; $a == 2 && $e =~ $pattern } @rows), 3,
 		"$name: tried twice, then dead with a clear error");
 }
-# the 200 before the endless body is the receiver's acknowledgement
-ok($node->poll_query_until('postgres', q{
-	SELECT count(*) = 3 AND bool_and(status = 'published' AND attempts = 1)
-	  FROM outbox.events WHERE destination = 'endless'}),
-	'endless body after a 200: read up to the cap, published after one attempt');
 my @requests = map { decode_json_line($_) } read_lines($hlog);
-is(scalar(grep { $_ =~ m{^/endless/} } @requests), 3, 'endless body after a 200: one request per event, none sent again');
 ok(scalar(grep { $_ =~ m{^/drip/} } @requests) >= 6, 'the dripping destination was really tried (and given up on)');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE destination = 'tls'}), '3', 'TLS case emitted');
 is(scalar(grep { $_->{path} eq '/ok/tls' } sink_records($sink)), 0, 'a TLS handshake to a plain port never becomes a request');
