@@ -683,7 +683,7 @@ deststats_open(DestStats *ds, TimestampTz now, TimestampTz until, bool *log_it)
 	{
 		transition = CIRCUIT_OPENED;
 		if (OutboxTimePassed(ds->last_circuit_log_at, now,
-									   CIRCUIT_LOG_INTERVAL_MS))
+							 CIRCUIT_LOG_INTERVAL_MS))
 		{
 			ds->last_circuit_log_at = now;
 			ds->circuit_logged = true;

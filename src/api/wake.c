@@ -190,7 +190,7 @@ wake_xact_callback(XactEvent event, void *arg)
 
 		/* 0, never asked, is long enough ago */
 		if (OutboxTimePassed(wake_asked_launcher_at, now,
-									   WAKE_LAUNCHER_ASK_MS))
+							 WAKE_LAUNCHER_ASK_MS))
 		{
 			wake_asked_launcher_at = now;
 			outbox_shared->launcher_wanted_db = MyDatabaseId;

@@ -1004,7 +1004,7 @@ rmq_start(void *target, OutboxMessage *const *msgs, int n, void *token)
 	{
 		if (c->tried_at != 0 &&
 			!OutboxTimePassed(c->tried_at, GetCurrentTimestamp(),
-										c->reconnect_ms))
+							  c->reconnect_ms))
 		{
 			rmq_report(c, token, OUTCOME_RETRY, true,
 						c->down_reason[0] ? c->down_reason : "not connected");

@@ -636,7 +636,7 @@ delivery_report_unusable(const char *name, ErrorData *edata)
 
 	log_it = (rd->unusable_logged_at == 0 ||
 			  OutboxTimePassed(rd->unusable_logged_at, now,
-										 UNUSABLE_LOG_INTERVAL_MS));
+							   UNUSABLE_LOG_INTERVAL_MS));
 	if (log_it)
 		rd->unusable_logged_at = now;
 	ereport(log_it ? WARNING : DEBUG1,

@@ -1023,7 +1023,7 @@ InboxWorkerCycle(bool run_retention, long *wait_ms)
 		if (run_retention &&
 			(retention_behind ||
 			 OutboxTimePassed(last_retention_at, now,
-										INBOX_RETENTION_INTERVAL_MS)))
+							  INBOX_RETENTION_INTERVAL_MS)))
 		{
 			last_retention_at = now;
 			retention_behind = inbox_retention();

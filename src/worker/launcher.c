@@ -58,6 +58,11 @@
 #define DATCONNLIMIT_INVALID_DB		(-2)
 #endif
 
+/* a failed relay's restart: after 250 ms doubled per failure, up to 7 */
+#define RESTART_BASE_MS			250
+#define RESTART_MAX_DOUBLINGS	7
+#define RESTART_MAX_MS			(RESTART_BASE_MS << RESTART_MAX_DOUBLINGS)
+
 #include "outbox_pg.h"
 #include "guc.h"
 #include "shmem.h"
@@ -348,9 +353,9 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 				/* a relay that ran for a while starts over at 0.5 s; up to 32 s */
 				if (TimestampDifferenceExceeds(slot->started_at, now, 60000))
 					failures[i] = 0;
-				failures[i] = Min(failures[i] + 1, 7);
+				failures[i] = Min(failures[i] + 1, RESTART_MAX_DOUBLINGS);
 				slot->retry_after = TimestampTzPlusMilliseconds(now,
-																250 << failures[i]);
+																RESTART_BASE_MS << failures[i]);
 			}
 		}
 		/* a commit's request ends a wait for the extension, not a backoff */
@@ -398,7 +403,8 @@ launcher_reconcile(LauncherDatabase *dbs, int ndbs)
 				/* a handle not reaped yet waits for the next pass */
 				if (handles[found] == NULL && !slot_is_running(found) &&
 					OutboxDeadlineReached(slot->retry_after,
-										  Max(32000, outbox_discovery_interval * 1000L),
+										  Max(RESTART_MAX_MS,
+											  outbox_discovery_interval * 1000L),
 										  now) &&
 					slot->held_until <= now)
 					launcher_start_relay(found, &dbs[d], w);
@@ -471,7 +477,7 @@ launcher_refresh_databases(void)
 		  (wanted != last_list_for ||
 		   OutboxTimePassed(last_list, now, 1000))) &&
 		!OutboxTimePassed(last_list, now,
-									outbox_discovery_interval * 1000))
+						  outbox_discovery_interval * 1000))
 		return;
 
 	new_context = AllocSetContextCreate(TopMemoryContext,

@@ -532,7 +532,7 @@ relay_record_step(void)
 	if ((HttpClientRunning(relay_http) != 0 || DeliveryNativeOutstanding() > 0) &&
 		list_length(loop.pending_done) < RECORD_BATCH &&
 		!OutboxTimePassed(loop.first_done_at, GetCurrentTimestamp(),
-									RECORD_DELAY_MS))
+						  RECORD_DELAY_MS))
 		return;
 
 	if (loop.record_again_at != 0 &&

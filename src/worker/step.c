@@ -300,7 +300,7 @@ step_error_repeated(WorkerErrorThrottle *throttle, const char *message)
 
 	repeated = (strcmp(throttle->last_message, message) == 0 &&
 				!OutboxTimePassed(throttle->last_logged_at, now,
-											CYCLE_ERROR_QUIET_MS));
+								  CYCLE_ERROR_QUIET_MS));
 	strlcpy(throttle->last_message, message, sizeof(throttle->last_message));
 	if (!repeated)
 		throttle->last_logged_at = now;

@@ -886,7 +886,7 @@ store_claim(int batch_size, Interval *lease, const char *destination,
 		store_last_locked_out = true;
 		if (known->locked_at != 0 &&
 			!OutboxTimePassed(known->locked_at, GetCurrentTimestamp(),
-										STREAM_KNOWN_MS))
+							  STREAM_KNOWN_MS))
 			return 0;
 		if (store_execute(WorkerKeepPlan(&stream_create_plan, stream_create_sql, 1,
 										 lock_types),
