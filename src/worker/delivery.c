@@ -273,6 +273,7 @@ typedef struct RelayEvent
 	bool		waiting;		/* in dest->waiting or dest->held, by
 								 * wait_node */
 	dlist_node	wait_node;
+	dlist_node	native_node;	/* in native_events while native_started */
 	struct RelayEvent *chain_next;	/* the next event of its aggregate in
 									 * its batch (ordered destinations) */
 	struct RelayEvent *chain_prev;	/* ... and the one before it */
@@ -332,14 +333,14 @@ static dlist_head answered_dests = DLIST_STATIC_INIT(answered_dests);
  * The native-client transport (destination.h): the cached destinations of
  * such kinds (config_native, in config_context), the loaded destinations
  * with events started and not completed (native_busy, in
- * relay_events_context; each entry kept alive by those events), how many
- * events that is, and the earliest lease among them (the SIGTERM flush's
- * bound).  Once stopping, nothing more is handed to a native client.
+ * relay_events_context; each entry kept alive by those events), those
+ * events (their leases bound the SIGTERM flush: DeliveryStop) and how
+ * many.  Once stopping, nothing more is handed to a native client.
  */
 static List *config_native = NIL;
 static List *native_busy = NIL;
+static dlist_head native_events = DLIST_STATIC_INIT(native_events);
 static int	native_outstanding = 0;
-static TimestampTz native_deadline = 0;
 static bool delivery_stopping = false;
 
 #define NATIVE_POLL_MAX			64
@@ -1377,7 +1378,6 @@ delivery_start_native(RelayEvent *ev)
 {
 	LoadedDestination *d = ev->loaded;
 	OutboxMessage *msg = &ev->msg;
-	TimestampTz fence;
 
 	/* in order: nothing passes an event held before it */
 	if (delivery_stopping || !dlist_is_empty(&ev->dest->held) ||
@@ -1394,9 +1394,8 @@ delivery_start_native(RelayEvent *ev)
 		native_busy = lappend(native_busy, d);
 		MemoryContextSwitchTo(old);
 	}
-	fence = ev->batch ? ev->batch->lease_end : ev->leased_until;
-	if (native_outstanding++ == 0 || fence < native_deadline)
-		native_deadline = fence;
+	dlist_push_tail(&native_events, &ev->native_node);
+	native_outstanding++;
 }
 
 /*
@@ -1556,6 +1555,7 @@ delivery_poll_one(LoadedDestination *d, List *pending)
 			MemoryContextSwitchTo(old);
 			ev->native_failed = failed[i];
 			ev->native_started = false;
+			dlist_delete(&ev->native_node);
 			delivery_answered(ev);
 			ev->req.duration_us = now - ev->started_at;
 			ev->loaded->outstanding--;
@@ -1656,13 +1656,28 @@ delivery_asked_to_wait(RelayEvent *ev, HttpRequest *req)
 /*
  * The relay is stopping (SIGTERM): nothing more goes to a native client.
  * Returns until when it may wait for the outstanding ones: the earliest
- * lease among them, after which another relay may send them again.
+ * lease among them, after which another relay may send them again (0 if
+ * there are none).  Read from the events themselves: a bound kept as they
+ * were started was the lease of the first event started since the last
+ * moment none was outstanding, under a steady load long past, and the
+ * flush gave up at once.
  */
 TimestampTz
 DeliveryStop(void)
 {
+	TimestampTz deadline = 0;
+	dlist_iter	iter;
+
 	delivery_stopping = true;
-	return native_deadline;
+	dlist_foreach(iter, &native_events)
+	{
+		RelayEvent *ev = dlist_container(RelayEvent, native_node, iter.cur);
+		TimestampTz fence = ev->batch ? ev->batch->lease_end : ev->leased_until;
+
+		if (deadline == 0 || fence < deadline)
+			deadline = fence;
+	}
+	return deadline;
 }
 
 /* A completed request: the events it carried, in order. */

@@ -126,6 +126,14 @@ static const char *relay_activity = "starting";	/* for an error's context */
 static bool relay_announced = false;	/* "started" is logged */
 /* SIGTERM with events in a native client's hands: flush them first */
 static volatile sig_atomic_t relay_stop_requested = false;
+static volatile TimestampTz relay_stop_requested_at = 0;
+
+/*
+ * The postmaster sends every SIGTERM twice, to the process and to its
+ * process group, back to back: a second one within this long of the first
+ * is that copy, not a request to exit at once.
+ */
+#define SIGTERM_COPY_MS			1000
 
 /* start-up and exit */
 static void relay_start(int slot_index);
@@ -310,23 +318,31 @@ relay_slot_is_ours(Oid dboid)
 /*
  * SIGTERM: die() at once, as every worker does, unless events are in a
  * native broker client's hands; then the loop flushes them first
- * (relay_flush_step).  A SIGTERM after the first (the postmaster sends
- * each one twice, to the process and to its group) is taken when the
- * flush ends.
+ * (relay_flush_step).  The postmaster's copy of that SIGTERM is ignored:
+ * taken for a second request, its die() made the next
+ * CHECK_FOR_INTERRUPTS() of the step under way exit before the flush
+ * began.  A SIGTERM that comes later is one (pg_terminate_backend() again)
+ * and dies, though once the flush holds interrupts it waits for its end.
+ * GetCurrentTimestamp() reads the clock, as timeout.c's handler does.
  */
 static void
 relay_sigterm(SIGNAL_ARGS)
 {
-	if (DeliveryNativeOutstanding() > 0 && !relay_stop_requested)
-	{
-		int			save_errno = errno;
+	int			save_errno = errno;
 
+	if (relay_stop_requested &&
+		!OutboxTimePassed(relay_stop_requested_at, GetCurrentTimestamp(),
+						  SIGTERM_COPY_MS))
+		SetLatch(MyLatch);
+	else if (DeliveryNativeOutstanding() > 0 && !relay_stop_requested)
+	{
+		relay_stop_requested_at = GetCurrentTimestamp();
 		relay_stop_requested = true;
 		SetLatch(MyLatch);
-		errno = save_errno;
 	}
 	else
 		die(postgres_signal_arg);
+	errno = save_errno;
 }
 
 static void

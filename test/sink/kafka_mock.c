@@ -18,6 +18,8 @@
  *	down						the broker goes down (connections closed,
  *								new ones refused)
  *	up							the broker comes back
+ *	rtt MS						the broker answers every request MS
+ *								milliseconds late (0: at once)
  *
  * Built by the TAP test with the system compiler and -lrdkafka; uses only
  * the API of librdkafka 2.0.2 (Debian 12).  The mock keeps about 5 MiB per
@@ -132,6 +134,8 @@ main(int argc, char **argv)
 		}
 		else if (sscanf(line, "topic_error %511s %d", arg, &b) == 2)
 			rd_kafka_mock_topic_set_error(mc, arg, (rd_kafka_resp_err_t) b);
+		else if (sscanf(line, "rtt %d", &a) == 1 && a >= 0)
+			ok = rd_kafka_mock_broker_set_rtt(mc, 1, a) == RD_KAFKA_RESP_ERR_NO_ERROR;
 		else if (sscanf(line, "%63s", word) == 1 && strcmp(word, "down") == 0)
 			ok = rd_kafka_mock_broker_set_down(mc, 1) == RD_KAFKA_RESP_ERR_NO_ERROR;
 		else if (sscanf(line, "%63s", word) == 1 && strcmp(word, "up") == 0)

@@ -261,6 +261,47 @@ ok($node->poll_query_until('postgres', q{
 	SELECT count(*) = 5 FROM outbox.events WHERE type = 'order.flush' AND status = 'published'}),
 	'after the restart every event is published');
 
+# 7b. SIGTERM under a steady load: the broker answers each request 1.5 s
+# late and an event is emitted every 200 ms for longer than a lease
+# (timeout_ms 3 s + lease_margin 2 s), so some event is outstanding all
+# along.  The flush waits for the events outstanding at the SIGTERM (a
+# bound kept since the first of them, long past, made it give up at once
+# and their events were sent again after the restart), and the
+# postmaster's second copy of the SIGTERM does not cut it short.
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox.destinations (name, kind, url, timeout_ms, backoff_base_ms, backoff_max_ms, options) VALUES
+		('kafka_steady', 'kafka', '$k->{url}', 3000, 100, 1000, '{"topic": "orders"}')});
+@ids = emit_events($node, 'order.steady', 'kafka_steady', 1);
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM outbox.events WHERE type = 'order.steady' AND status = 'published'}),
+	'steady load: the destination delivers');
+ok(kafka_command($k, 'rtt 1500'), 'the broker answers 1.5 s late');
+$log_offset = -s $node->logfile;
+my $steady_from = Time::HiRes::time();
+while (Time::HiRes::time() - $steady_from < 8)
+{
+	push @ids, emit_events($node, 'order.steady', 'kafka_steady', 1);
+	Time::HiRes::sleep(0.2);
+}
+$node->stop('fast');
+$log = slurp_file($node->logfile, $log_offset);
+like($log, qr/relay waits for \d+ events a broker has not confirmed yet before exiting/,
+	'steady load, SIGTERM: the relay waits for the outstanding events');
+unlike($log, qr/exits with \d+ events unconfirmed/,
+	'steady load, SIGTERM: every outstanding event\'s report came before the relay exited');
+ok(kafka_command($k, 'rtt 0'), 'the broker answers at once again');
+$node->start;
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = } . scalar(@ids) . q{ FROM outbox.events WHERE type = 'order.steady' AND status = 'published'}),
+	'steady load: every event is published after the restart');
+{
+	my %seen;
+	$seen{ $_->{headers}{message_id} // '' }++ for kafka_consume($k, 'orders');
+	is(scalar(grep { !$seen{$_} } @ids), 0, 'steady load: zero lost');
+	is(scalar(grep { ($seen{$_} // 0) > 1 } @ids), 0,
+		'steady load: no event sent twice (its report was recorded before the exit)');
+}
+
 # 8. outbox.allowed_hosts applies to the bootstrap servers
 $node->safe_psql('postgres', q{ALTER SYSTEM SET outbox.allowed_hosts = 'kafka.example.com'; SELECT pg_reload_conf()});
 $node->safe_psql('postgres', q{SELECT outbox.emit('order.egress', 'a-1', '{}', destination => 'kafka')});
