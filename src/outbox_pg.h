@@ -22,7 +22,7 @@
 
 #include "compat.h"
 
-#define OUTBOX_VERSION			"0.5.1"
+#define OUTBOX_VERSION			"0.5.2"
 
 /* Names of the extension's schemas and tables. */
 #define OUTBOX_SCHEMA			"outbox"

@@ -886,6 +886,20 @@ inbox_process(int *nleased_out)
 	pgstat_report_activity(STATE_RUNNING, inbox_doing);
 	if (!WorkerStepBegin(&inbox_step, relay_slot, NULL))
 		return false;			/* being dropped: the leases run out by themselves */
+
+	/*
+	 * The handlers' writes commit as the server's synchronous_commit has it
+	 * (the database's, the role's), not as the relay's own bookkeeping does
+	 * (off, relay.c): committed without the WAL flush, a handler's writes
+	 * and its outbox.emit() were visible, and that event delivered, before
+	 * a crash could take them back, and the message processed again emitted
+	 * it again under a new id.  Until the end of this transaction; the
+	 * reset value is the server's (relay.c).
+	 */
+	(void) set_config_option("synchronous_commit",
+							 GetConfigOptionResetString("synchronous_commit"),
+							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
+							 true, 0, false);
 	msgs = inbox_fetch(ids, attempts, nleased, &nmsgs);
 	inbox_run_batch(msgs, nmsgs);
 	WorkerStepCommit();

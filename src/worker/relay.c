@@ -262,9 +262,13 @@ relay_start(int slot_index)
 	 * The relay's own commits need not wait for the WAL flush: a lease lost
 	 * in a crash leaves its rows due (sent again), and a lost result means
 	 * the event is sent again after its lease.  Either way at-least-once
-	 * holds, and each cycle saves a disk flush.
+	 * holds, and each cycle saves a disk flush.  Inbox handlers' writes
+	 * are not the relay's: their transactions take the server's setting
+	 * (inbox_process.c).  Set as a session's SET is, so that its reset
+	 * value stays the server's (the file's, after a reload; the database's
+	 * or role's).
 	 */
-	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION);
 
 	/*
 	 * The lease relies on READ COMMITTED (FOR UPDATE SKIP LOCKED with a

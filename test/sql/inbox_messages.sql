@@ -127,12 +127,11 @@ UPDATE inbox.messages SET next_attempt_at = received_at WHERE id = 's-a2';
 SELECT array_agg(id ORDER BY id) AS after_a1_dead FROM inbox._lease(10, '1 hour');
 SELECT id, attempts FROM inbox.messages ORDER BY seq;
 
--- a message waiting behind its aggregate's first pending message, whose
--- retry is more than a lease away, is set aside until that retry (its
--- next_attempt_at becomes the retry's): later leases do not walk it
--- again.  One behind a message whose retry is within a lease (or that
--- another lease took) is stepped over and stays due; a type whose handler
--- is not ordered is not held back at all.
+-- a message waiting behind its aggregate's first pending message is set
+-- aside until that message's retry (its next_attempt_at becomes the
+-- retry's), more than a lease away (w-a2, w-a3) or not (w-c2, 0.5.2;
+-- before, stepped over and left due): later leases do not walk it again;
+-- a type whose handler is not ordered is not held back at all.
 DELETE FROM inbox.messages;
 SELECT inbox.receive('w-a1', 'step.x', '{}', aggregate_id => 'A'),
        inbox.receive('w-a2', 'step.x', '{}', aggregate_id => 'A'),
@@ -152,6 +151,37 @@ SELECT m.id, m.attempts,
  WHERE a1.id = 'w-a1'
  ORDER BY m.seq;
 SELECT array_agg(id ORDER BY id) AS leased_again FROM inbox._lease(10, '1 minute');
+
+-- the messages behind a first message that failed were set aside to the
+-- end of its lease, and its retry comes after that: due before it, they
+-- come first in the walk.  0.5.1 stepped over a batch of them and ended
+-- the walk there, at every lease: neither the first message nor any
+-- message due after them (here r-x1, of another aggregate) was leased
+-- again, and the inbox stopped.  Now they are set aside to the retry;
+-- once it is due the first message comes first (same time, lower seq),
+-- and the others wait for a lease (its end makes the next one due at
+-- once: release_plan in src/worker/inbox_process.c)
+DELETE FROM inbox.messages;
+SELECT inbox.receive('r-a1', 'step.x', '{}', aggregate_id => 'R');
+SELECT count(inbox.receive('r-a' || i, 'step.x', '{}', aggregate_id => 'R'))
+  FROM generate_series(2, 6) AS i;
+SELECT inbox.receive('r-x1', 'step.x', '{}', aggregate_id => 'X');
+UPDATE inbox.messages SET next_attempt_at = now() - interval '2 s'
+ WHERE aggregate_id = 'R' AND id <> 'r-a1';
+UPDATE inbox.messages SET attempts = 1, finished_attempts = 1, last_error = 'boom',
+       next_attempt_at = now() + '5 s'
+ WHERE id = 'r-a1';
+UPDATE inbox.messages SET next_attempt_at = now() - interval '1 s' WHERE id = 'r-x1';
+SELECT array_agg(id ORDER BY id) AS leased FROM inbox._lease(3, '10 s');
+SELECT count(*) AS set_aside_to_the_retry
+  FROM inbox.messages AS m, inbox.messages AS a1
+ WHERE a1.id = 'r-a1' AND m.id <> 'r-a1' AND m.aggregate_id = 'R'
+   AND m.next_attempt_at = a1.next_attempt_at;
+-- the retry's time has come (every time of aggregate R an hour earlier)
+UPDATE inbox.messages SET next_attempt_at = next_attempt_at - interval '1 hour'
+ WHERE aggregate_id = 'R';
+SELECT array_agg(id ORDER BY id) AS retry_due FROM inbox._lease(3, '10 s');
+SELECT array_agg(id ORDER BY id) AS leased_again FROM inbox._lease(3, '10 s');
 
 -- 20,000 messages of one aggregate behind a retry an hour away, next to
 -- 2,000 of other aggregates: the first lease sets them aside, and twenty
