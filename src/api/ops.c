@@ -51,6 +51,7 @@ PG_FUNCTION_INFO_V1(outbox_log_rotation);
 PG_FUNCTION_INFO_V1(outbox_wait_published);
 
 static SPIPlanPtr status_plan = NULL;
+static SPIPlanPtr own_event_plan = NULL;
 
 /*
  * outbox._wake(): wake this database's relays when the transaction
@@ -150,6 +151,34 @@ outbox_log_rotation(PG_FUNCTION_ARGS)
 }
 
 /*
+ * An event the calling transaction emitted is published only after it
+ * commits: waiting for it in the same transaction waited for the whole
+ * timeout (holding what the transaction locked) and answered false.
+ * Asked once, when the event is first seen pending in a transaction that
+ * has written something.
+ */
+static void
+wait_refuse_own_event(Datum *args)
+{
+	Oid			argtypes[1] = {UUIDOID};
+
+	WorkerKeepPlan(&own_event_plan,
+				   "SELECT 1 FROM outbox.log AS l"
+				   " WHERE l.id OPERATOR(pg_catalog.=) $1"
+				   "   AND l.xid OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()",
+				   1, argtypes);
+	if (SPI_execute_plan(own_event_plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the event's transaction");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("outbox.wait_published() cannot wait for an event emitted by the current transaction"),
+				 errdetail("The event is delivered only after the transaction that emitted it commits."),
+				 errhint("Commit first, then call outbox.wait_published() in a new transaction.")));
+	SPI_freetuptable(SPI_tuptable);
+}
+
+/*
  * outbox.wait_published(id, timeout): true once the event is published;
  * false when the timeout passes first or the event is a dead letter.
  *
@@ -236,6 +265,9 @@ outbox_wait_published(PG_FUNCTION_ARGS)
 		if (result || strcmp(status, "dead") == 0)
 			break;
 		pfree(status);			/* one a poll, for as long as it waits */
+		if (sleep_ms == WAIT_MIN_SLEEP_MS &&
+			TransactionIdIsValid(GetTopTransactionIdIfAny()))
+			wait_refuse_own_event(args);
 
 		now = GetCurrentTimestamp();
 		if (now >= deadline)

@@ -171,6 +171,18 @@ SELECT try($$SELECT outbox.wait_published(NULL)$$);
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT try($$SELECT outbox.wait_published((SELECT id FROM ev WHERE g = 1))$$);
 COMMIT;
+-- in the transaction that emitted the event: refused at once (it waited
+-- for the whole timeout, then answered false); an event of an earlier
+-- transaction is still waited for by a transaction that has written
+BEGIN;
+CREATE TEMP TABLE own_event AS
+  SELECT outbox.emit('ops.own', 'o-1', '{}', destination => 'ops-a') AS id;
+SELECT try($$SELECT outbox.wait_published((SELECT id FROM own_event), '1 hour')$$);
+ROLLBACK;
+BEGIN;
+CREATE TEMP TABLE wrote_something (x int);
+SELECT outbox.wait_published((SELECT id FROM ev WHERE g = 6), '50 milliseconds') AS other_transaction_times_out;
+ROLLBACK;
 
 -- metrics: the exposition format's shape (TAP parses it with a real parser)
 SELECT line FROM regexp_split_to_table(outbox.metrics(), E'\n') AS line
