@@ -1158,6 +1158,25 @@ kafka_validate(const DestinationDefinition *def)
 			DestinationCheckInteger(def, k->option, k->min, k->max, NULL);
 	}
 	{
+		/*
+		 * librdkafka refuses a producer whose reconnect.backoff.max.ms is
+		 * below reconnect.backoff.ms (defaults 10,000 and 100): accepted
+		 * here, the destination could never be loaded.
+		 */
+		const char *base = DestinationOptionText(def, "reconnect.backoff.ms");
+		const char *max = DestinationOptionText(def, "reconnect.backoff.max.ms");
+		long		base_ms = base ? strtol(base, NULL, 10) : 100;
+		long		max_ms = max ? strtol(max, NULL, 10) : 10000;
+
+		if (max_ms < base_ms)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("option reconnect.backoff.max.ms of destination \"%s\" (%ld) is less than reconnect.backoff.ms (%ld)",
+							def->name, max_ms, base_ms),
+					 errdetail("librdkafka's defaults are 100 for reconnect.backoff.ms and 10000 for reconnect.backoff.max.ms."),
+					 errhint("Set reconnect.backoff.max.ms to at least reconnect.backoff.ms.")));
+	}
+	{
 		const char *client_id = DestinationOptionText(def, "client.id");
 
 		if (client_id != NULL &&

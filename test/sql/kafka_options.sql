@@ -78,7 +78,11 @@ SELECT o AS options, try_hint(format($$INSERT INTO outbox.destinations (name, ki
     ('{"topic": "t", "client.id": "a b"}'),
     ('{"topic": "t", "cloudevents": true, "source": ""}'),
     ('{"topic": "t", "ordering": "partition"}'),
-    ('{"topic": "t", "key": "none", "ordering": "aggregate"}')) AS t(o);
+    ('{"topic": "t", "key": "none", "ordering": "aggregate"}'),
+    -- librdkafka refuses the producer: the destination could never load
+    ('{"topic": "t", "reconnect.backoff.ms": 20000}'),
+    ('{"topic": "t", "reconnect.backoff.max.ms": 0}'),
+    ('{"topic": "t", "reconnect.backoff.ms": 600, "reconnect.backoff.max.ms": 500}')) AS t(o);
 
 -- credentials: SASL logs in with a user name and password
 SELECT try_hint($$INSERT INTO outbox.destinations (name, kind, url, credentials, options) VALUES ('x', 'kafka', 'kafka://127.0.0.1:9092', 'ko_aws', '{"topic": "t"}')$$);
