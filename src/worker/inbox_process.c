@@ -888,16 +888,21 @@ inbox_process(int *nleased_out)
 		return false;			/* being dropped: the leases run out by themselves */
 
 	/*
-	 * The handlers' writes commit as the server's synchronous_commit has it
-	 * (the database's, the role's), not as the relay's own bookkeeping does
-	 * (off, relay.c): committed without the WAL flush, a handler's writes
-	 * and its outbox.emit() were visible, and that event delivered, before
-	 * a crash could take them back, and the message processed again emitted
-	 * it again under a new id.  Until the end of this transaction; the
-	 * reset value is the server's (relay.c).
+	 * The handlers' writes wait for the local WAL flush, unless the server
+	 * has synchronous_commit off (its reset value, relay.c), not as the
+	 * relay's own bookkeeping commits (off): committed without the flush, a
+	 * handler's writes and its outbox.emit() were visible, and that event
+	 * delivered, before a crash could take them back, and the message
+	 * processed again emitted it again under a new id.  Not a standby's
+	 * confirmation (local, not on): the wait would hold the relay's
+	 * deliveries of every destination while a synchronous standby is away,
+	 * and a SIGTERM that waits for a broker client does not end it; a
+	 * failover that loses the batch has it processed again, as a crash
+	 * before the commit does.  Until the end of this transaction.
 	 */
 	(void) set_config_option("synchronous_commit",
-							 GetConfigOptionResetString("synchronous_commit"),
+							 strcmp(GetConfigOptionResetString("synchronous_commit"),
+									"off") == 0 ? "off" : "local",
 							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
 							 true, 0, false);
 	msgs = inbox_fetch(ids, attempts, nleased, &nmsgs);

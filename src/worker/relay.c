@@ -598,6 +598,9 @@ relay_lease_step(void)
 	if (!loop.need_lease || DeliveryInFlight() >= outbox_batch_size ||
 		loop.leased != NIL)
 		return;
+	/* stopping: nothing more that could keep the flush waiting */
+	if (relay_stop_requested)
+		return;
 
 	relay_set_state(RELAY_WORKING, "leasing events");
 	relay_lease_again_at = 0;	/* DeliveryLease() sets it again */
@@ -725,7 +728,8 @@ relay_cycle_failed(void)
 static void
 relay_inbox_step(void)
 {
-	if (loop.need_inbox)
+	/* stopping: no handlers to wait for before the flush */
+	if (loop.need_inbox && !relay_stop_requested)
 		loop.need_inbox = InboxWorkerCycle(relay_slot->worker_number == 0,
 										   &loop.inbox_wait_ms);
 }

@@ -661,10 +661,11 @@ ok($node->wait_for_log(qr/inbox message "bad-\\xe9" is dead: no handler matched/
 ok($node->wait_for_log(qr/inbox message "bad-\\xc3\\xa9" is dead: no handler matched/, $log_offset),
 	'and the id whose bytes look like UTF-8 logged as its bytes');
 
-# --- a handler's transaction commits with the server's synchronous_commit
-# (the relay's own commits are asynchronous): before 0.5.2 the handlers'
-# writes, their outbox.emit() among them, committed without waiting for
-# the WAL flush too; the setting follows a reload of the configuration
+# --- a handler's transaction waits for the local WAL flush (local), unless
+# the server has synchronous_commit off (the relay's own commits are
+# asynchronous): before 0.5.2 the handlers' writes, their outbox.emit()
+# among them, committed without waiting for the flush too; the setting
+# follows a reload of the configuration
 $node->safe_psql('postgres', q{
 	CREATE TABLE public.commit_modes (id text, mode text);
 	CREATE FUNCTION public.record_commit_mode(m inbox.messages) RETURNS void
@@ -674,13 +675,13 @@ $node->safe_psql('postgres', q{
 	SELECT inbox.register_handler('commitmode.*', 'public.record_commit_mode(inbox.messages)');
 	SELECT inbox.receive('cm-1', 'commitmode.x', '{}');
 });
-ok($node->poll_query_until('postgres', q{SELECT mode FROM public.commit_modes WHERE id = 'cm-1'}, 'on'),
-	"a handler's transaction commits with synchronous_commit = on, the server's");
-$node->safe_psql('postgres', q{ALTER SYSTEM SET synchronous_commit = 'local'; SELECT pg_reload_conf()});
+ok($node->poll_query_until('postgres', q{SELECT mode FROM public.commit_modes WHERE id = 'cm-1'}, 'local'),
+	"a handler's transaction commits with synchronous_commit = local (the server's is on)");
+$node->safe_psql('postgres', q{ALTER SYSTEM SET synchronous_commit = 'off'; SELECT pg_reload_conf()});
 sleep(1);    # the relay reloads at its next poll
 $node->safe_psql('postgres', q{SELECT inbox.receive('cm-2', 'commitmode.x', '{}')});
-ok($node->poll_query_until('postgres', q{SELECT mode FROM public.commit_modes WHERE id = 'cm-2'}, 'local'),
-	'... and with the value a reload gave the server');
+ok($node->poll_query_until('postgres', q{SELECT mode FROM public.commit_modes WHERE id = 'cm-2'}, 'off'),
+	'... and off once a reload gave the server off');
 $node->safe_psql('postgres', q{ALTER SYSTEM RESET synchronous_commit; SELECT pg_reload_conf()});
 
 # --- wake at commit: with a 60 s poll, a received message is processed at once
