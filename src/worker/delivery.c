@@ -1387,6 +1387,9 @@ delivery_start_native(RelayEvent *ev)
 		return;
 	}
 	ev->native_started = true;
+	/* before anything that can fail: the completion takes it off the list */
+	dlist_push_tail(&native_events, &ev->native_node);
+	native_outstanding++;
 	if (d->outstanding++ == 0)
 	{
 		MemoryContext old = MemoryContextSwitchTo(relay_events_context);
@@ -1394,8 +1397,6 @@ delivery_start_native(RelayEvent *ev)
 		native_busy = lappend(native_busy, d);
 		MemoryContextSwitchTo(old);
 	}
-	dlist_push_tail(&native_events, &ev->native_node);
-	native_outstanding++;
 }
 
 /*
