@@ -36,8 +36,10 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "common/hashfn.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
@@ -55,6 +57,7 @@
 #include "peertext.h"
 #include "util.h"
 #include "api/api.h"
+#include "worker/worker.h"
 
 PG_FUNCTION_INFO_V1(outbox_emit);
 PG_FUNCTION_INFO_V1(outbox__events_insert);
@@ -193,14 +196,72 @@ emit_log_slot(const OutboxConfig **cfg)
 }
 
 /*
+ * An id the inserter gave must be new (outbox._events_insert).  Each slot
+ * of the log has a primary key, but an id kept in another slot (the log
+ * rotated in between), in outbox.retries or outbox.dead_events, or in
+ * 0.3's events_0_3 was taken: the relay's statements find a log row by id
+ * and destination and took one copy for the other (a retry carrying the
+ * other's payload, a result recorded for the wrong one), and consumers,
+ * who deduplicate by id, dropped the second event.
+ */
+/* field4 of its advisory lock tags (api/ordering.c has 0x704F) */
+#define EMIT_ID_LOCK_CLASS		0x7049
+
+static void
+emit_check_new_id(Datum id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {UUIDOID};
+	Datum		args[1];
+	bool		found;
+	uint64		h;
+	LOCKTAG		tag;
+
+	/*
+	 * Two transactions giving the same id wait for each other here, so the
+	 * second one's look (a fresh snapshot) sees the first one's row: in
+	 * different slots no primary key makes them wait.
+	 */
+	h = hash_bytes_extended(DatumGetUUIDP(id)->data, UUID_LEN, 0);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 EMIT_ID_LOCK_CLASS);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	args[0] = id;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	WorkerKeepPlan(&plan,
+				   "SELECT 1 FROM outbox.log AS l WHERE l.id OPERATOR(pg_catalog.=) $1"
+				   " UNION ALL SELECT 1 FROM outbox.retries AS r"
+				   "  WHERE r.id OPERATOR(pg_catalog.=) $1"
+				   " UNION ALL SELECT 1 FROM outbox.dead_events AS d"
+				   "  WHERE d.id OPERATOR(pg_catalog.=) $1"
+				   " UNION ALL SELECT 1 FROM outbox.events_0_3 AS o"
+				   "  WHERE o.id OPERATOR(pg_catalog.=) $1"
+				   " LIMIT 1",
+				   1, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look for the event's id");
+	found = (SPI_processed > 0);
+	SPI_finish();
+	if (found)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNIQUE_VIOLATION),
+				 errmsg("an event with id %s already exists",
+						DatumGetCString(DirectFunctionCall1(uuid_out, id))),
+				 errdetail("An event's id is its consumers' deduplication key: they would drop a second event with it."),
+				 errhint("Leave id out to have one generated.")));
+}
+
+/*
  * outbox._events_insert(): INSTEAD OF INSERT trigger of the view
  * outbox.events (0.4.0).  A row inserted there without emit() goes into
  * the log like an emitted one, with the inserting transaction's xid, and
  * is delivered; emit()'s argument checks do not apply (the table had
  * none), but the destination is routed by type when NULL and an ordered
  * destination's aggregate lock is taken.  A missing id is generated;
- * only pending rows are accepted.  The row returned (RETURNING) carries
- * the id.  Two checks do apply, for what the relay must be able to send:
+ * only pending rows are accepted, and a given id must be new
+ * (emit_check_new_id).  The row returned (RETURNING) carries the id.
+ * Two checks do apply, for what the relay must be able to send:
  * per-event headers are checked as emit() checks them (a header line
  * with a line break, or a Content-Length of the row's own, split the
  * request on the wire, and the receiver's next answer acknowledged
@@ -254,6 +315,8 @@ outbox__events_insert(PG_FUNCTION_ARGS)
 		ev_values[EV_ID - 1] = UUIDPGetDatum(id);
 		ev_nulls[EV_ID - 1] = false;
 	}
+	else
+		emit_check_new_id(ev_values[EV_ID - 1]);
 	if (!ev_nulls[EV_DESTINATION - 1])
 		destination = TextDatumGetCString(ev_values[EV_DESTINATION - 1]);
 	else if (!ev_nulls[EV_TYPE - 1])

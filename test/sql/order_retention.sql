@@ -11,6 +11,16 @@ VALUES ('018f0000-0000-7000-8000-000000000001', 'ret.inserted', '{"n": 1}', 'ret
 INSERT INTO outbox.events (type, payload, destination, next_attempt_at)
 VALUES ('ret.later', '{}', 'ret', now() + interval '1 hour')
 RETURNING id IS NOT NULL AS id_given, status, attempts;
+-- a given id must be new: in the same slot of the log, and in another one
+-- (the log rotated in between: each slot's primary key sees its own rows
+-- only; 0.5.1 took the second event, and the relay then took one for the
+-- other)
+SELECT try($$INSERT INTO outbox.events (id, type, payload, destination)
+             VALUES ('018f0000-0000-7000-8000-000000000001', 'ret.again', '{}', 'ret')$$);
+UPDATE outbox.rotation SET slot = 1, generation = generation + 1;
+SELECT try($$INSERT INTO outbox.events (id, type, payload, destination)
+             VALUES ('018f0000-0000-7000-8000-000000000001', 'ret.again', '{}', 'ret')$$);
+UPDATE outbox.rotation SET slot = 0, generation = generation + 1;
 SELECT type, status, attempts, payload, next_attempt_at > now() AS later
   FROM outbox.events WHERE type LIKE 'ret.%' ORDER BY type;
 SELECT l.type, l.xid = pg_current_xact_id() AS own_xid, l.not_before IS NOT NULL AS deferred
