@@ -56,8 +56,13 @@
  * event's token passed as the message's opaque):
  *	- no error: acknowledged.  librdkafka reports success only once the
  *	  message is in the in-sync replicas (acks=all);
- *	- the message's own fault (too large, invalid, corrupt record):
- *	  dead-lettered;
+ *	- a message librdkafka refused itself (invalid): dead-lettered; one
+ *	  larger than message.max.bytes is dead-lettered before it is produced;
+ *	- a record batch the broker refused (too large for the topic, an
+ *	  invalid or corrupt record): every message of the batch has the error,
+ *	  so each is retried and charged an attempt, the destination not failed
+ *	  (the one at fault runs out of attempts, the others go in other
+ *	  batches);
  *	- configuration (unknown or invalid topic, authorization, SASL or TLS
  *	  failures, fatal idempotence errors): retried, and the destination
  *	  failed (its circuit breaker counts it);
@@ -103,6 +108,7 @@
 
 #include "outbox_pg.h"
 #include "guc.h"
+#include "peertext.h"
 #include "util.h"
 #include "retry.h"
 #include "destination/http.h"
@@ -121,6 +127,7 @@ typedef struct KafkaReport
 	void	   *token;
 	rd_kafka_resp_err_t err;
 	const char *text;			/* our own reason (egress refusal), or NULL */
+	bool		at_produce;		/* the produce call failed: the message's own */
 } KafkaReport;
 
 /*
@@ -363,6 +370,7 @@ kafka_dr_callback(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 	r->token = msg->_private;
 	r->err = msg->err;
 	r->text = NULL;
+	r->at_produce = false;
 }
 
 static void
@@ -760,6 +768,7 @@ kafka_report_now(KafkaProducer *p, void *token, rd_kafka_resp_err_t err,
 	r->token = token;
 	r->err = err;
 	r->text = text;
+	r->at_produce = true;
 
 	/* a full pipe already wakes the relay */
 	if (write(p->pipefd[1], &wake, 1) < 0 && errno != EAGAIN)
@@ -876,21 +885,33 @@ kafka_wait_events(void *target, pgsocket *socks, uint32 *events, int max)
 
 /* What a delivery report's error means (see the file header). */
 static DeliveryOutcome
-kafka_outcome(rd_kafka_resp_err_t err, bool *configuration)
+kafka_outcome(rd_kafka_resp_err_t err, bool *configuration, bool *record_batch)
 {
 	*configuration = false;
+	*record_batch = false;
 	switch (err)
 	{
 		case RD_KAFKA_RESP_ERR_NO_ERROR:
 			return OUTCOME_ACK;
+		case RD_KAFKA_RESP_ERR__BAD_MSG:
+		case RD_KAFKA_RESP_ERR__INVALID_ARG:
+			return OUTCOME_DEAD;
 		case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
 		case RD_KAFKA_RESP_ERR_INVALID_MSG:
 		case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
 		case RD_KAFKA_RESP_ERR_INVALID_RECORD:
 		case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-		case RD_KAFKA_RESP_ERR__BAD_MSG:
-		case RD_KAFKA_RESP_ERR__INVALID_ARG:
-			return OUTCOME_DEAD;
+
+			/*
+			 * The broker refused the record batch the message was in, and
+			 * every message of it has the error: dead-lettered, the healthy
+			 * ones went with the one at fault.  Retried, charged an attempt
+			 * and not counted against the destination (the broker answered):
+			 * the culprit runs out of attempts, the others go in other
+			 * batches.
+			 */
+			*record_batch = true;
+			return OUTCOME_RETRY;
 		case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
 		case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
 		case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
@@ -1003,6 +1024,8 @@ kafka_poll(void *target, void **tokens, DeliveryResult **results,
 		rd_kafka_resp_err_t err = rd_kafka_fatal_error(p->rk, fatal, sizeof(fatal));
 		TimestampTz now = GetCurrentTimestamp();
 		int			after_ms = 0;
+		/* what the broker said, as the relay records peer text */
+		const char *said = err != RD_KAFKA_RESP_ERR_NO_ERROR ? fatal : p->last_error;
 
 		/*
 		 * A producer that goes fatal again soon after the last one (a
@@ -1022,7 +1045,8 @@ kafka_poll(void *target, void **tokens, DeliveryResult **results,
 		ereport(LOG,
 				(errmsg("outbox_pg destination \"%s\": its Kafka producer raised a fatal error: %s: %s",
 						p->name, rd_kafka_err2name(err),
-						err != RD_KAFKA_RESP_ERR_NO_ERROR ? fatal : p->last_error),
+						OutboxPeerText(said, strlen(said), false, NULL,
+									   KAFKA_ERROR_SIZE)),
 				 errdetail("A new producer takes over at the relay's first lease step after %d ms; the messages the old one had taken are retried.",
 						   after_ms)));
 		p->fatal_logged = true;
@@ -1032,7 +1056,9 @@ kafka_poll(void *target, void **tokens, DeliveryResult **results,
 	{
 		ereport(LOG,
 				(errmsg("outbox_pg destination \"%s\": librdkafka says: %s",
-						p->name, p->log_line),
+						p->name,
+						OutboxPeerText(p->log_line, strlen(p->log_line), false,
+									   NULL, KAFKA_ERROR_SIZE)),
 				 errdetail("Lines like this are logged at most once a minute per destination and relay.")));
 		p->log_line[0] = '\0';
 	}
@@ -1042,20 +1068,30 @@ kafka_poll(void *target, void **tokens, DeliveryResult **results,
 	{
 		const KafkaReport *r = &p->reports[i];
 		bool		configuration;
-		DeliveryOutcome outcome = kafka_outcome(r->err, &configuration);
+		bool		record_batch;
+		DeliveryOutcome outcome = kafka_outcome(r->err, &configuration,
+												&record_batch);
 		DeliveryResult *res = palloc0(sizeof(DeliveryResult));
+
+		/* refused by librdkafka itself (too large, say): no batch to blame */
+		if (record_batch && r->at_produce)
+		{
+			outcome = OUTCOME_DEAD;
+			record_batch = false;
+		}
 
 		if (r->text != NULL)	/* refused: the destination's doing */
 		{
 			outcome = OUTCOME_RETRY;
 			configuration = true;
+			record_batch = false;
 		}
 		tokens[i] = r->token;
 		DeliveryResultSet(res, outcome,
 						  outcome == OUTCOME_ACK ? NULL :
 						  kafka_error_text(p, r, configuration));
 		results[i] = res;
-		destination_failed[i] = (outcome == OUTCOME_RETRY);
+		destination_failed[i] = (outcome == OUTCOME_RETRY && !record_batch);
 	}
 	if (k > 0)
 	{

@@ -156,6 +156,19 @@ ok($node->poll_query_until('postgres', q{
 note($node->safe_psql('postgres', q{SELECT last_error FROM outbox.events WHERE type = 'order.denied'}));
 ok($node->poll_query_until('postgres', q{SELECT status = 'published' FROM outbox.events WHERE type = 'order.denied'}),
 	'once the broker accepts it, the retry is published');
+# the broker refuses a whole record batch (INVALID_RECORD, as a compacted
+# topic does for one record without a key): every message of it has the
+# error, and the healthy ones were dead-lettered with the one at fault;
+# now each is retried, and the destination's circuit is not charged
+ok(kafka_command($k, 'produce_errors 1 87'), 'the next produce request answers INVALID_RECORD');
+@ids = emit_events($node, 'order.batchmate', 'kafka', 10);
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 10 FROM outbox.events WHERE type = 'order.batchmate' AND status = 'published'}),
+	'a refused record batch: every message of it is retried and published, none dead-lettered');
+my $refused = $node->safe_psql('postgres', q{
+	SELECT count(*) FROM outbox.events WHERE type = 'order.batchmate' AND attempts = 2});
+cmp_ok($refused, '>=', 1, "... $refused of them after one refused attempt");
+zero_lost('refused record batch', 'orders', @ids);
 
 # 4. the broker down, then up again
 ok(kafka_command($k, 'down'), 'broker down');
