@@ -514,6 +514,28 @@ inbox_run_range(InboxRun *base, int from, int to)
 		}
 		MemoryContextSwitchTo(oldcxt);
 		MemoryContextReset(base->msgcxt);
+		if (run.at >= to)
+		{
+			/*
+			 * Every handler of the range returned, and the subtransaction's
+			 * end failed (postgres_fdw's RELEASE SAVEPOINT on a connection
+			 * that went away, say): the error is no one message's, and
+			 * msgs[run.at] was past the range (past the array after the
+			 * batch's last message).  Each message runs again alone, where
+			 * such an error is its own.
+			 */
+			if (to - from == 1 && base->msgs[from].error == NULL)
+				run.at = from;
+			else
+			{
+				FreeErrorData(edata);
+				if (to - from > 1)
+					for (int i = from; i < to; i++)
+						inbox_run_range(base, i, i + 1);
+				/* else one without a handler: it ran nothing to fail */
+				return;
+			}
+		}
 		msg = &base->msgs[run.at];
 		if (edata->message == NULL)
 			edata->message = pstrdup("");
