@@ -15,6 +15,7 @@
 
 #include "fmgr.h"
 #include "utils/relcache.h"
+#include "utils/uuid.h"
 
 #include "outbox_pg.h"
 
@@ -68,6 +69,7 @@ extern void OutboxEndInsert(OutboxInsertState *st);
 /* ordering.c */
 extern void OutboxLockAggregate(const char *destination,
 								const char *aggregate_id);
+extern void OutboxLockEventId(const pg_uuid_t *id);
 
 /* inbox.c */
 extern Datum inbox_receive(PG_FUNCTION_ARGS);

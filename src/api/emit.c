@@ -36,7 +36,6 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
-#include "common/hashfn.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -204,9 +203,6 @@ emit_log_slot(const OutboxConfig **cfg)
  * other's payload, a result recorded for the wrong one), and consumers,
  * who deduplicate by id, dropped the second event.
  */
-/* field4 of its advisory lock tags (api/ordering.c has 0x704F) */
-#define EMIT_ID_LOCK_CLASS		0x7049
-
 static void
 emit_check_new_id(Datum id)
 {
@@ -214,18 +210,13 @@ emit_check_new_id(Datum id)
 	Oid			argtypes[1] = {UUIDOID};
 	Datum		args[1];
 	bool		found;
-	uint64		h;
-	LOCKTAG		tag;
 
 	/*
 	 * Two transactions giving the same id wait for each other here, so the
 	 * second one's look (a fresh snapshot) sees the first one's row: in
 	 * different slots no primary key makes them wait.
 	 */
-	h = hash_bytes_extended(DatumGetUUIDP(id)->data, UUID_LEN, 0);
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 EMIT_ID_LOCK_CLASS);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	OutboxLockEventId(DatumGetUUIDP(id));
 	args[0] = id;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

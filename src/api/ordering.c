@@ -78,6 +78,18 @@
 
 /* field4 of our advisory lock tags; pg_advisory_lock() uses 1 and 2 */
 #define ORDERING_LOCK_CLASS		0x704F	/* 28751 */
+#define EVENT_ID_LOCK_CLASS		0x7049	/* 28745: OutboxLockEventId */
+
+/* An advisory lock of ours, until the end of the transaction. */
+static void
+outbox_lock_key(uint64 key, uint16 lock_class)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (key >> 32), (uint32) key,
+						 lock_class);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+}
 
 /*
  * Serialise, until the end of the transaction, the emits of one aggregate
@@ -89,12 +101,19 @@ OutboxLockAggregate(const char *destination, const char *aggregate_id)
 	size_t		dlen = strlen(destination);
 	size_t		alen = strlen(aggregate_id);
 	uint64		h;
-	LOCKTAG		tag;
 
 	h = hash_bytes_extended((const unsigned char *) destination, (int) dlen, 0);
 	h = hash_bytes_extended((const unsigned char *) aggregate_id, (int) alen, h);
+	outbox_lock_key(h, ORDERING_LOCK_CLASS);
+}
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 ORDERING_LOCK_CLASS);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+/*
+ * Serialise, until the end of the transaction, the inserts that give one
+ * event id (api/emit.c, emit_check_new_id).
+ */
+void
+OutboxLockEventId(const pg_uuid_t *id)
+{
+	outbox_lock_key(hash_bytes_extended(id->data, UUID_LEN, 0),
+					EVENT_ID_LOCK_CLASS);
 }

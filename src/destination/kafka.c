@@ -883,13 +883,24 @@ kafka_wait_events(void *target, pgsocket *socks, uint32 *events, int max)
 	return 1;
 }
 
-/* What a delivery report's error means (see the file header). */
+/*
+ * What a report means (see the file header): its outcome, whether the
+ * error is the configuration's (its text says so), and whether the
+ * destination failed (its circuit breaker counts it).
+ */
 static DeliveryOutcome
-kafka_outcome(rd_kafka_resp_err_t err, bool *configuration, bool *record_batch)
+kafka_outcome(const KafkaReport *r, bool *configuration,
+			  bool *destination_failed)
 {
 	*configuration = false;
-	*record_batch = false;
-	switch (err)
+	*destination_failed = false;
+	if (r->text != NULL)		/* refused: the destination's doing */
+	{
+		*configuration = true;
+		*destination_failed = true;
+		return OUTCOME_RETRY;
+	}
+	switch (r->err)
 	{
 		case RD_KAFKA_RESP_ERR_NO_ERROR:
 			return OUTCOME_ACK;
@@ -901,6 +912,9 @@ kafka_outcome(rd_kafka_resp_err_t err, bool *configuration, bool *record_batch)
 		case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
 		case RD_KAFKA_RESP_ERR_INVALID_RECORD:
 		case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+			/* refused by librdkafka itself (too large, say): its own */
+			if (r->at_produce)
+				return OUTCOME_DEAD;
 
 			/*
 			 * The broker refused the record batch the message was in, and
@@ -910,7 +924,6 @@ kafka_outcome(rd_kafka_resp_err_t err, bool *configuration, bool *record_batch)
 			 * the culprit runs out of attempts, the others go in other
 			 * batches.
 			 */
-			*record_batch = true;
 			return OUTCOME_RETRY;
 		case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
 		case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
@@ -925,8 +938,10 @@ kafka_outcome(rd_kafka_resp_err_t err, bool *configuration, bool *record_batch)
 		case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
 		case RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION:
 			*configuration = true;
+			*destination_failed = true;
 			return OUTCOME_RETRY;
 		default:
+			*destination_failed = true;
 			return OUTCOME_RETRY;
 	}
 }
@@ -1068,30 +1083,15 @@ kafka_poll(void *target, void **tokens, DeliveryResult **results,
 	{
 		const KafkaReport *r = &p->reports[i];
 		bool		configuration;
-		bool		record_batch;
-		DeliveryOutcome outcome = kafka_outcome(r->err, &configuration,
-												&record_batch);
+		DeliveryOutcome outcome = kafka_outcome(r, &configuration,
+												&destination_failed[i]);
 		DeliveryResult *res = palloc0(sizeof(DeliveryResult));
 
-		/* refused by librdkafka itself (too large, say): no batch to blame */
-		if (record_batch && r->at_produce)
-		{
-			outcome = OUTCOME_DEAD;
-			record_batch = false;
-		}
-
-		if (r->text != NULL)	/* refused: the destination's doing */
-		{
-			outcome = OUTCOME_RETRY;
-			configuration = true;
-			record_batch = false;
-		}
 		tokens[i] = r->token;
 		DeliveryResultSet(res, outcome,
 						  outcome == OUTCOME_ACK ? NULL :
 						  kafka_error_text(p, r, configuration));
 		results[i] = res;
-		destination_failed[i] = (outcome == OUTCOME_RETRY && !record_batch);
 	}
 	if (k > 0)
 	{

@@ -263,10 +263,10 @@ relay_start(int slot_index)
 	 * in a crash leaves its rows due (sent again), and a lost result means
 	 * the event is sent again after its lease.  Either way at-least-once
 	 * holds, and each cycle saves a disk flush.  Inbox handlers' writes
-	 * are not the relay's: their transactions take the server's setting
-	 * (inbox_process.c).  Set as a session's SET is, so that its reset
-	 * value stays the server's (the file's, after a reload; the database's
-	 * or role's).
+	 * are not the relay's: their transactions wait for the local flush
+	 * unless the server has off (inbox_process.c).  Set as a session's SET
+	 * is, so that its reset value stays the server's (the file's, after a
+	 * reload; the database's or role's).
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION);
 
